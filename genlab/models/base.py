@@ -1,0 +1,157 @@
+"""The contract between genlab's engine and anything that produces logits.
+
+A *model* in genlab is any object with
+
+* ``info``: a :class:`ModelInfo` (vocabulary size, special ids, context length);
+* ``new_cache(batch_size)``: an empty :class:`KVCache` (or any object with the same
+  methods) for that many rows;
+* ``forward(input_ids, *, attention_mask, position_ids, cache, logits_to_keep=1,
+  output_attentions=False, output_hidden_states=False) -> ModelOutput``.
+
+``forward`` receives only the *new* tokens (the whole prompt on the first call, one or a
+few tokens afterwards), the attention mask for the *whole* sequence so far
+(``(rows, cache_len + new_len)``, 0 on left padding), and explicit position ids
+(``(rows, new_len)``). It appends the new keys/values to ``cache`` in place and returns
+logits for the last ``logits_to_keep`` positions (0 means all of them).
+
+The engine never looks inside a cache except through ``length``, ``reorder``, ``crop``
+and ``copy``; the built-in decoders, the transformers adapter and the teaching model each
+bring their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass
+class ModelInfo:
+    """What the engine needs to know about a model, whatever produced it."""
+
+    vocab_size: int
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    max_position_embeddings: int | None = None
+    is_encoder_decoder: bool = False
+    decoder_start_token_id: int | None = None
+    name: str = "model"
+    architecture: str = ""
+    num_hidden_layers: int = 0
+    hidden_size: int = 0
+    # generation defaults shipped with the model (generation_config.json), as a dict
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelOutput:
+    """One forward pass.
+
+    logits: (rows, kept_positions, vocab) float32
+    hidden_states: per layer, embeddings first: (rows, new_len, hidden), or None
+    attentions: per layer: (rows, heads, new_len, cache_len + new_len), or None
+    """
+
+    logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@runtime_checkable
+class Cache(Protocol):
+    """What the engine asks of a KV cache."""
+
+    def length(self) -> int:  # number of positions stored
+        ...
+
+    def reorder(self, index: torch.LongTensor) -> None:  # rows <- rows[index] (beams)
+        ...
+
+    def crop(self, length: int) -> None:  # keep the first ``length`` positions
+        ...
+
+    def copy(self) -> Cache:  # an independent copy (fork / rewind snapshots)
+        ...
+
+
+class KVCache:
+    """Per-layer key/value buffers, preallocated and grown in chunks, written in place.
+
+    Each layer holds ``k`` and ``v`` of shape (rows, kv_heads, capacity, head_dim); only
+    the first ``length()`` positions are valid. Appending never copies the whole cache
+    except when the capacity is exhausted (then it grows by ``chunk`` positions at once).
+    """
+
+    def __init__(self, num_layers: int, chunk: int = 256):
+        self.num_layers = num_layers
+        self.chunk = chunk
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self._len = [0] * num_layers
+
+    def length(self) -> int:
+        return self._len[0] if self.num_layers else 0
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Store k, v (rows, kv_heads, new, head_dim) for ``layer``; return views of all
+        valid keys and values (rows, kv_heads, length, head_dim)."""
+        n = k.shape[2]
+        start = self._len[layer]
+        buf_k, buf_v = self.keys[layer], self.values[layer]
+        if buf_k is None or start + n > buf_k.shape[2]:
+            cap = start + n + self.chunk
+            new_k = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
+            new_v = v.new_empty(v.shape[0], v.shape[1], cap, v.shape[3])
+            if buf_k is not None and start:
+                new_k[:, :, :start] = buf_k[:, :, :start]
+                new_v[:, :, :start] = buf_v[:, :, :start]
+            buf_k, buf_v = new_k, new_v
+            self.keys[layer], self.values[layer] = buf_k, buf_v
+        buf_k[:, :, start : start + n] = k
+        buf_v[:, :, start : start + n] = v
+        self._len[layer] = start + n
+        return buf_k[:, :, : start + n], buf_v[:, :, : start + n]
+
+    def reorder(self, index: torch.LongTensor) -> None:
+        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+            if k is not None:
+                self.keys[i] = k.index_select(0, index.to(k.device))
+                self.values[i] = v.index_select(0, index.to(v.device))
+
+    def crop(self, length: int) -> None:
+        if length < 0:
+            length = self.length() + length
+        self._len = [min(n, length) for n in self._len]
+
+    def copy(self) -> KVCache:
+        other = KVCache(self.num_layers, self.chunk)
+        other._len = list(self._len)
+        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+            if k is not None:
+                n = self._len[i]
+                other.keys[i] = k[:, :, : n + self.chunk].clone()
+                other.values[i] = v[:, :, : n + self.chunk].clone()
+        return other
+
+
+class CausalLM(Protocol):
+    """Structural type of a genlab model (see the module docstring)."""
+
+    info: ModelInfo
+
+    def new_cache(self, batch_size: int) -> Cache: ...
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        *,
+        attention_mask: torch.Tensor,
+        position_ids: torch.LongTensor,
+        cache: Cache,
+        logits_to_keep: int = 1,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> ModelOutput: ...

@@ -1,0 +1,33 @@
+"""Decoding strategies, registered by the reference's generation-mode names."""
+
+from __future__ import annotations
+
+from .base import Selection, Strategy
+from .sampling import GreedySearch, MultinomialSampling
+
+STRATEGIES: dict[str, type[Strategy]] = {}
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    STRATEGIES[cls.mode] = cls
+    return cls
+
+
+for _cls in (GreedySearch, MultinomialSampling):
+    register(_cls)
+
+
+def strategy_for(mode: str) -> type[Strategy]:
+    """The strategy class for a generation mode name (e.g. "beam_search")."""
+    mode = getattr(mode, "value", mode)
+    try:
+        return STRATEGIES[mode]
+    except KeyError:
+        raise NotImplementedError(
+            f"generation mode {mode!r} is not available in genlab yet; "
+            f"available: {', '.join(sorted(STRATEGIES))}"
+        ) from None
+
+
+__all__ = ["STRATEGIES", "GreedySearch", "MultinomialSampling", "Selection", "Strategy",
+           "register", "strategy_for"]

@@ -1,0 +1,40 @@
+"""Shared fixtures: tiny random transformers models (built from a config and a seed)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+def tiny_llama(seed: int = 0, vocab: int = 96, **overrides):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+               bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg.update(overrides)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def hf_llama():
+    """A tiny random LlamaForCausalLM (vocab 96, 2 layers), shared by the session."""
+    return tiny_llama()
+
+
+@pytest.fixture
+def padded_batch():
+    """Two prompts, the first left-padded (pad id 0)."""
+    ids = torch.tensor([[0, 0, 5, 17, 33, 8], [4, 9, 21, 40, 11, 7]])
+    mask = (ids != 0).long()
+    mask[1] = 1
+    return ids, mask
