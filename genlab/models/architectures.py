@@ -1,0 +1,167 @@
+"""Build a built-in decoder from a transformers-style config dict and state dict.
+
+``build_decoder`` is what the loaders (safetensors folders, the Hub, GGUF) call once they
+have a ``config.json`` dict and tensors named the way transformers names them. It picks the
+family from ``model_type``, checks that every tensor is there with the right shape (before
+any model is built), and returns a decoder implementing the protocol in ``base.py``.
+
+Example::
+
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> hf = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128,
+    ...                                   num_hidden_layers=2, num_attention_heads=4))
+    >>> lm = build_decoder(hf.config.to_dict(), hf.state_dict(), name="tiny")
+    >>> lm.info.num_hidden_layers
+    2
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from genlab.models import gpt2, llama
+from genlab.models.base import ModelInfo
+
+
+@dataclass(frozen=True)
+class Family:
+    """How to read one architecture family's config and tensors.
+
+    ``prefixes``: the prefix of the canonical tensor names (``model.`` / ``transformer.``) that
+    some checkpoints leave out (a bare LlamaModel / GPT2Model, or the original gpt2 files).
+    """
+
+    defaults: dict[str, dict[str, Any]]
+    settings: Callable[[dict], Any]
+    expected_shapes: Callable[[Any], dict[str, tuple[int, ...]]]
+    build: Callable[..., Any]
+    prefix: str
+    max_positions_key: str
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(
+        llama.CONFIG_DEFAULTS,
+        llama.LlamaSettings.from_config,
+        llama.expected_shapes,
+        llama.LlamaDecoder.from_tensors,
+        "model.",
+        "max_position_embeddings",
+    ),
+    "gpt2": Family(
+        gpt2.CONFIG_DEFAULTS,
+        gpt2.GPT2Settings.from_config,
+        gpt2.expected_shapes,
+        gpt2.GPT2Decoder.from_tensors,
+        "transformer.",
+        "n_positions",
+    ),
+}
+MODEL_TYPES: dict[str, str] = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gpt2": "gpt2"}
+
+
+def supported_model_types() -> list[str]:
+    """The ``model_type`` values :func:`build_decoder` accepts."""
+    return sorted(MODEL_TYPES)
+
+
+def build_decoder(
+    config: dict,
+    state_dict: dict[str, torch.Tensor],
+    *,
+    name: str = "model",
+    generation_defaults: dict | None = None,
+    dtype: torch.dtype | None = torch.float32,
+):
+    """A built-in decoder for ``config`` (a config.json dict) with weights from ``state_dict``.
+
+    state_dict uses transformers' parameter names (``model.layers.0.self_attn.q_proj.weight``,
+    ``transformer.h.0.attn.c_attn.weight``; ``lm_head.weight`` may be absent when tied; the
+    ``model.`` / ``transformer.`` prefix may be absent). Tensors are converted to ``dtype``
+    (float32 by default; None keeps them as they are). Extra tensors are ignored.
+
+    Raises ValueError for an unknown ``model_type``, missing tensors or wrong shapes, naming
+    them. Returns a :class:`~genlab.models.llama.LlamaDecoder` or
+    :class:`~genlab.models.gpt2.GPT2Decoder`.
+    """
+    if not isinstance(config, dict):
+        raise ValueError(f"config must be a dict (a parsed config.json); got {type(config).__name__}")
+    if not isinstance(state_dict, dict):
+        raise ValueError(
+            f"state_dict must be a dict of name -> tensor; got {type(state_dict).__name__}"
+        )
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"model_type={model_type!r} has no built-in decoder; supported model types: "
+            f"{supported_model_types()}. Load other models through transformers instead "
+            "(genlab.load(hf_model, hf_tokenizer))."
+        )
+    family = FAMILIES[MODEL_TYPES[model_type]]
+    full_config = {**family.defaults[model_type], **config}
+    settings = family.settings(full_config)
+    tensors = select_tensors(state_dict, family.expected_shapes(settings), family.prefix)
+    info = model_info(full_config, settings, name, generation_defaults, family.max_positions_key)
+    return family.build(settings, tensors, info, dtype)
+
+
+def select_tensors(
+    state_dict: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]], prefix: str
+) -> dict[str, torch.Tensor]:
+    """Pick the expected tensors (canonical names) out of ``state_dict`` and check shapes.
+
+    A name missing as such is also looked up without ``prefix``. Raises one ValueError
+    listing every missing tensor, or every shape mismatch (name, expected, found).
+    """
+    found: dict[str, torch.Tensor] = {}
+    missing: list[str] = []
+    for key in shapes:
+        tensor = state_dict.get(key)
+        if tensor is None and key.startswith(prefix):
+            tensor = state_dict.get(key[len(prefix) :])
+        if tensor is None:
+            missing.append(key)
+        else:
+            found[key] = tensor
+    if missing:
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise ValueError(
+            f"state_dict lacks {len(missing)} tensor(s) the config requires: {shown}. "
+            "Check that the checkpoint matches config.json (layers, tied embeddings, biases)."
+        )
+    wrong = [
+        f"{key}: expected {tuple(shape)}, found {tuple(found[key].shape)}"
+        for key, shape in shapes.items()
+        if tuple(found[key].shape) != tuple(shape)
+    ]
+    if wrong:
+        raise ValueError(
+            "state_dict tensor shapes do not match config.json: " + "; ".join(wrong[:8])
+            + (f"; and {len(wrong) - 8} more" if len(wrong) > 8 else "")
+        )  # fmt: skip
+    return found
+
+
+def model_info(
+    config: dict,
+    settings: Any,
+    name: str,
+    generation_defaults: dict | None,
+    max_positions_key: str,
+) -> ModelInfo:
+    """ModelInfo from a config dict already completed with the family's defaults."""
+    return ModelInfo(
+        vocab_size=settings.vocab_size,
+        bos_token_id=config.get("bos_token_id"),
+        eos_token_id=config.get("eos_token_id"),
+        pad_token_id=config.get("pad_token_id"),
+        max_position_embeddings=config.get(max_positions_key),
+        name=name,
+        architecture=config["model_type"],
+        num_hidden_layers=settings.num_layers,
+        hidden_size=settings.hidden_size,
+        generation_defaults=dict(generation_defaults or {}),
+    )

@@ -1,0 +1,364 @@
+"""Load transformers-style checkpoints: a local folder or a Hugging Face Hub repo id.
+
+A checkpoint folder holds
+
+* ``config.json`` (required): the model's architecture and sizes;
+* ``model.safetensors``, or shards listed in ``model.safetensors.index.json``;
+* ``tokenizer.json`` (+ ``tokenizer_config.json``, ``special_tokens_map.json``,
+  ``chat_template.jinja``): read by :class:`~genlab.models.tokenizer.Tokenizer`;
+* ``generation_config.json`` (optional): the model's generation defaults, handed to the
+  model as ``ModelInfo.generation_defaults``.
+
+Hub repos are fetched with ``huggingface_hub.snapshot_download`` into the normal cache
+(only the files above), which honours ``HF_HUB_OFFLINE`` (then only the cache is read),
+``HF_HUB_CACHE`` and the usual token settings.
+
+Example::
+
+    >>> model, tokenizer = load_checkpoint("HuggingFaceTB/SmolLM2-135M-Instruct")
+    >>> model, tokenizer = load_checkpoint("/path/to/saved/folder")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from genlab.models.tokenizer import Tokenizer, read_json
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+# Everything but the weights: fetched first, so the index can name the shards to fetch.
+HUB_METADATA_PATTERNS = [
+    CONFIG_FILE,
+    GENERATION_CONFIG_FILE,
+    WEIGHTS_INDEX_FILE,
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "additional_chat_templates/*.jinja",
+]
+# Generation settings transformers takes from config.json when a model has no
+# generation_config.json (GenerationConfig.from_model_config).
+CONFIG_GENERATION_KEYS = (
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "decoder_start_token_id",
+    "max_length",
+    "min_length",
+    "do_sample",
+    "early_stopping",
+    "num_beams",
+    "num_beam_groups",
+    "diversity_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+    "typical_p",
+    "repetition_penalty",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "num_return_sequences",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "remove_invalid_values",
+    "exponential_decay_length_penalty",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+)
+
+
+@dataclass
+class Checkpoint:
+    """The parts of a checkpoint folder, before any model is built.
+
+    state_dict: transformers parameter names -> tensors as stored (dtype unchanged).
+    tokenizer: None when the folder has no tokenizer.json.
+    """
+
+    folder: Path
+    config: dict
+    state_dict: dict[str, torch.Tensor]
+    tokenizer: Tokenizer | None
+    generation_defaults: dict
+
+
+# ------------------------------------------------------------------- folder parts
+
+
+def read_config(folder: Path) -> dict:
+    """config.json as a dict; ValueError naming the folder when it is missing or broken."""
+    path = folder / CONFIG_FILE
+    if not path.is_file():
+        raise ValueError(
+            f"{str(folder)!r} has no {CONFIG_FILE}: a model folder needs the config.json written "
+            "by transformers' save_pretrained (or downloaded from the model's Hub repo)."
+        )
+    config = read_json(path, CONFIG_FILE)
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ValueError(
+            f"{str(path)!r} has no 'model_type'; it does not look like a transformers "
+            "config.json (save the model again with save_pretrained)."
+        )
+    return config
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files holding the weights: the shards named in the index, or
+    model.safetensors."""
+    index_path = folder / WEIGHTS_INDEX_FILE
+    if index_path.is_file():
+        index = read_json(index_path, WEIGHTS_INDEX_FILE)
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ValueError(
+                f"{str(index_path)!r} has no 'weight_map'; the index is broken: download or "
+                "save the model again."
+            )
+        shards = [folder / name for name in dict.fromkeys(weight_map.values())]
+        missing = [p.name for p in shards if not p.is_file()]
+        if missing:
+            raise ValueError(
+                f"{str(folder)!r} lacks weight shard(s) {missing} listed in {WEIGHTS_INDEX_FILE}; "
+                "the download is incomplete: download the model again."
+            )
+        return shards
+    single = folder / WEIGHTS_FILE
+    if single.is_file():
+        return [single]
+    other = sorted(p.name for p in folder.glob("*.bin")) + sorted(
+        p.name for p in folder.glob("*.pt")
+    )
+    hint = (
+        f" It has {other}: genlab reads safetensors only; convert with transformers "
+        "(AutoModelForCausalLM.from_pretrained(folder).save_pretrained(folder))."
+        if other
+        else ""
+    )
+    raise ValueError(f"{str(folder)!r} has no {WEIGHTS_FILE} and no {WEIGHTS_INDEX_FILE}.{hint}")
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of one safetensors file; ValueError naming the file when it is corrupt."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, RuntimeError, ValueError) as err:
+        raise ValueError(
+            f"weights file {str(path)!r} is corrupt or truncated ({err}); delete it and "
+            "download or save the model again."
+        ) from err
+
+
+def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint (all shards merged), with the stored dtypes."""
+    state_dict: dict[str, torch.Tensor] = {}
+    for path in weight_files(folder):
+        state_dict.update(read_safetensors(path))
+    return state_dict
+
+
+def read_generation_defaults(folder: Path, config: dict) -> dict:
+    """generation_config.json as a dict of settings (private keys and the version dropped);
+    without that file, the generation settings found in config.json, as transformers does."""
+    path = folder / GENERATION_CONFIG_FILE
+    if path.is_file():
+        values = read_json(path, GENERATION_CONFIG_FILE)
+        return {
+            k: v for k, v in values.items() if not k.startswith("_") and k != "transformers_version"
+        }
+    return {k: config[k] for k in CONFIG_GENERATION_KEYS if config.get(k) is not None}
+
+
+def read_tokenizer(folder: Path) -> Tokenizer | None:
+    """The folder's tokenizer, or None (with a warning) when it has no tokenizer.json."""
+    if not (folder / "tokenizer.json").is_file():
+        logger.warning(
+            "%s has no tokenizer.json: the model is loaded without a tokenizer (pass token ids, "
+            "or a transformers tokenizer)",
+            folder,
+        )
+        return None
+    return Tokenizer.from_folder(folder)
+
+
+def check_vocab_fits(tokenizer: Tokenizer | None, config: dict, folder: Path) -> None:
+    """A tokenizer with more tokens than the model's embedding rows would produce ids the
+    model cannot look up: refuse it."""
+    vocab_size = config.get("vocab_size")
+    if tokenizer is None or not isinstance(vocab_size, int):
+        return
+    if len(tokenizer) > vocab_size:
+        raise ValueError(
+            f"the tokenizer in {str(folder)!r} has {len(tokenizer)} tokens but config.json has "
+            f"vocab_size={vocab_size}: the tokenizer does not belong to this model (ids >= "
+            f"{vocab_size} have no embedding). Use the tokenizer saved with the model."
+        )
+
+
+def read_checkpoint(folder: str | os.PathLike) -> Checkpoint:
+    """Read config, weights, tokenizer and generation defaults from a local folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"model folder {str(folder)!r} does not exist or is not a folder")
+    config = read_config(folder)
+    tokenizer = read_tokenizer(folder)
+    check_vocab_fits(tokenizer, config, folder)
+    state_dict = read_state_dict(folder)
+    generation_defaults = read_generation_defaults(folder, config)
+    return Checkpoint(folder, config, state_dict, tokenizer, generation_defaults)
+
+
+# -------------------------------------------------------------------------- Hub
+
+
+def hub_offline() -> bool:
+    """Whether HF_HUB_OFFLINE is set (read now, not when huggingface_hub was imported)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def hub_cache_dir() -> str | None:
+    """HF_HUB_CACHE as set now (None: huggingface_hub's default cache)."""
+    return os.environ.get("HF_HUB_CACHE") or None
+
+
+def download_from_hub(repo_id: str, *, revision: str | None = None) -> Path:
+    """The local snapshot folder of ``repo_id`` with config, tokenizer and safetensors files.
+
+    Fetches only those files (the shards the index names, or model.safetensors); offline
+    (HF_HUB_OFFLINE=1) it only looks in the cache. Errors say what to do.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    def fetch(patterns: list[str]) -> Path:
+        return Path(
+            snapshot_download(
+                repo_id,
+                revision=revision,
+                allow_patterns=patterns,
+                cache_dir=hub_cache_dir(),
+                local_files_only=hub_offline(),
+            )
+        )
+
+    try:
+        folder = fetch(HUB_METADATA_PATTERNS)
+        index_path = folder / WEIGHTS_INDEX_FILE
+        if index_path.is_file():
+            index = read_json(index_path, WEIGHTS_INDEX_FILE)
+            shards = sorted(set(index.get("weight_map", {}).values()))
+            folder = fetch(shards or [WEIGHTS_FILE])
+        else:
+            folder = fetch([WEIGHTS_FILE])
+    except HFValidationError as err:
+        raise ValueError(
+            f"source={repo_id!r} is not an existing folder nor a valid Hub repo id "
+            f"('owner/name'): {err}"
+        ) from err
+    except Exception as err:
+        raise hub_error(repo_id, revision, err) from err
+    return folder
+
+
+def hub_error(repo_id: str, revision: str | None, err: Exception) -> Exception:
+    """A ValueError explaining why ``repo_id`` could not be fetched."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{repo_id!r}" + (f" at revision {revision!r}" if revision else "")
+    if isinstance(err, LocalEntryNotFoundError):
+        cache = hub_cache_dir() or "the default Hugging Face cache"
+        return ValueError(
+            f"{where} is not in {cache} and it cannot be downloaded now "
+            f"({'HF_HUB_OFFLINE is set' if hub_offline() else 'no connection to the Hub'}). "
+            "Download it once with a connection (or unset HF_HUB_OFFLINE), or pass the path "
+            "of a local folder."
+        )
+    if isinstance(err, GatedRepoError):
+        return ValueError(
+            f"{where} is gated: accept its licence on the Hub and log in (huggingface-cli login)"
+        )
+    if isinstance(err, RevisionNotFoundError):
+        return ValueError(f"revision={revision!r} does not exist in {repo_id!r}")
+    if isinstance(err, RepositoryNotFoundError):
+        return ValueError(
+            f"{repo_id!r} is not a local folder and no Hub repo has that id (or it is private: "
+            "log in with huggingface-cli login)"
+        )
+    return ValueError(f"could not fetch {where} from the Hub: {err}")
+
+
+# ----------------------------------------------------------------------- loading
+
+
+def resolve_folder(source: str | os.PathLike, *, revision: str | None = None) -> Path:
+    """A local folder as it is; anything else is taken as a Hub repo id and downloaded."""
+    path = Path(source)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ValueError(
+            f"source={str(source)!r} is a file, not a model folder: pass the folder that holds "
+            "config.json (a .gguf file loads with genlab.models.gguf.load_gguf)."
+        )
+    return download_from_hub(str(source), revision=revision)
+
+
+def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None):
+    """(model, tokenizer) from a transformers-style folder or Hub repo id, on a built-in decoder.
+
+    tokenizer is None when the checkpoint has no tokenizer.json. Raises ValueError for a
+    missing config.json, missing or corrupt weights, an architecture with no built-in
+    decoder, or a tokenizer larger than the model's vocabulary.
+    """
+    from genlab.models.architectures import build_decoder
+
+    folder = resolve_folder(source, revision=revision)
+    check_model_type(read_config(folder), folder)  # before reading any weights
+    checkpoint = read_checkpoint(folder)
+    model = build_decoder(
+        checkpoint.config,
+        checkpoint.state_dict,
+        name=checkpoint_name(source, folder),
+        generation_defaults=checkpoint.generation_defaults,
+    )
+    return model, checkpoint.tokenizer
+
+
+def check_model_type(config: dict, folder: Path) -> None:
+    """ValueError when no built-in decoder handles config.json's model_type."""
+    from genlab.models.architectures import supported_model_types
+
+    model_type = config.get("model_type")
+    if model_type not in supported_model_types():
+        raise ValueError(
+            f"model_type={model_type!r} in {str(folder / CONFIG_FILE)!r} has no built-in decoder; "
+            f"supported: {supported_model_types()}. Load the model with transformers and pass "
+            "it to genlab instead (genlab.load(hf_model, hf_tokenizer))."
+        )
+
+
+def checkpoint_name(source: str | os.PathLike, folder: Path) -> str:
+    """A short display name: the repo id, or the folder's name."""
+    if Path(source).is_dir():
+        return folder.resolve().name
+    return str(source)

@@ -1,0 +1,360 @@
+"""The built-in GPT-2 family decoder.
+
+One block, top to bottom::
+
+    x ─ LayerNorm ─ c_attn (q|k|v) ─ append k, v to the cache ─ attention ─ c_proj ─(+x)
+      ─ LayerNorm ─ c_fc ─ gelu_new ─ c_proj ─(+)
+
+Positions are learned (``wpe``), added to the token embeddings; the vocabulary projection is
+tied to ``wte`` unless the config says otherwise. transformers stores GPT-2's projections as
+``Conv1D`` weights of shape (in, out); they are transposed once at load into the (out, in)
+layout that ``F.linear`` uses. Input checks and masks are shared with ``llama.py``.
+
+Example::
+
+    >>> from genlab.models.architectures import build_decoder
+    >>> lm = build_decoder(gpt2_config_dict, gpt2_state_dict)
+    >>> out = lm.forward(ids, attention_mask=torch.ones_like(ids),
+    ...                  position_ids=torch.arange(ids.shape[1])[None], cache=lm.new_cache(1))
+    >>> out.logits.shape                                      # (1, 1, 50257)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from genlab.models.base import KVCache, ModelInfo, ModelOutput
+from genlab.models.llama import (
+    _keep_mask,
+    additive_mask,
+    check_forward_inputs,
+    check_positions,
+    sdpa_keep_mask,
+)
+
+CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt2": {
+        "vocab_size": 50257,
+        "n_positions": 1024,
+        "n_embd": 768,
+        "n_layer": 12,
+        "n_head": 12,
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "tie_word_embeddings": True,
+        "bos_token_id": 50256,
+        "eos_token_id": 50256,
+        "pad_token_id": None,
+    }
+}
+
+# the names transformers' GPT2Config also accepts for its fields
+_ALIASES = {
+    "hidden_size": "n_embd",
+    "num_attention_heads": "n_head",
+    "num_hidden_layers": "n_layer",
+    "max_position_embeddings": "n_positions",
+}
+
+ACTIVATIONS = {
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+}
+
+
+@dataclass(frozen=True)
+class GPT2Settings:
+    """The architecture numbers of a GPT-2 decoder (``num_layers`` etc. in genlab's words)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    max_positions: int
+    layer_norm_eps: float
+    activation: str
+    scale_attn_weights: bool
+    scale_attn_by_inverse_layer_idx: bool
+    tie_word_embeddings: bool
+
+    @classmethod
+    def from_config(cls, config: dict) -> GPT2Settings:
+        """Read a GPT-2 config.json dict; left-out fields take transformers' defaults."""
+        c = dict(CONFIG_DEFAULTS["gpt2"])
+        for key, value in config.items():
+            c[_ALIASES.get(key, key)] = value
+        hidden, heads = c["n_embd"], c["n_head"]
+        for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+            if not isinstance(c[key], int) or isinstance(c[key], bool) or c[key] <= 0:
+                raise ValueError(f"config field {key}={c[key]!r} must be a positive integer")
+        if hidden % heads:
+            raise ValueError(f"n_embd={hidden} must be divisible by n_head={heads}")
+        if c["activation_function"] not in ACTIVATIONS:
+            raise ValueError(
+                f"activation_function={c['activation_function']!r} is not supported; "
+                f"supported: {sorted(ACTIVATIONS)}"
+            )
+        return cls(
+            vocab_size=c["vocab_size"],
+            hidden_size=hidden,
+            intermediate_size=c["n_inner"] or 4 * hidden,
+            num_layers=c["n_layer"],
+            num_heads=heads,
+            head_dim=hidden // heads,
+            max_positions=c["n_positions"],
+            layer_norm_eps=float(c["layer_norm_epsilon"]),
+            activation=c["activation_function"],
+            scale_attn_weights=bool(c["scale_attn_weights"]),
+            scale_attn_by_inverse_layer_idx=bool(c["scale_attn_by_inverse_layer_idx"]),
+            tie_word_embeddings=bool(c["tie_word_embeddings"]),
+        )
+
+
+def expected_shapes(s: GPT2Settings) -> dict[str, tuple[int, ...]]:
+    """Every tensor the decoder needs, by transformers' name, in transformers' (Conv1D) shape."""
+    h, inter = s.hidden_size, s.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {
+        "transformer.wte.weight": (s.vocab_size, h),
+        "transformer.wpe.weight": (s.max_positions, h),
+    }
+    for i in range(s.num_layers):
+        p = f"transformer.h.{i}."
+        shapes[p + "ln_1.weight"] = (h,)
+        shapes[p + "ln_1.bias"] = (h,)
+        shapes[p + "attn.c_attn.weight"] = (h, 3 * h)
+        shapes[p + "attn.c_attn.bias"] = (3 * h,)
+        shapes[p + "attn.c_proj.weight"] = (h, h)
+        shapes[p + "attn.c_proj.bias"] = (h,)
+        shapes[p + "ln_2.weight"] = (h,)
+        shapes[p + "ln_2.bias"] = (h,)
+        shapes[p + "mlp.c_fc.weight"] = (h, inter)
+        shapes[p + "mlp.c_fc.bias"] = (inter,)
+        shapes[p + "mlp.c_proj.weight"] = (inter, h)
+        shapes[p + "mlp.c_proj.bias"] = (h,)
+    shapes["transformer.ln_f.weight"] = (h,)
+    shapes["transformer.ln_f.bias"] = (h,)
+    if not s.tie_word_embeddings:
+        shapes["lm_head.weight"] = (s.vocab_size, h)
+    return shapes
+
+
+class GPT2Block:
+    """One block's weights. Projections in (out, in) layout; ``*_t`` are transposed views."""
+
+    __slots__ = (
+        "ln1_weight",
+        "ln1_bias",
+        "qkv_weight",
+        "qkv_bias",
+        "proj_weight_t",
+        "proj_bias",
+        "ln2_weight",
+        "ln2_bias",
+        "fc_weight",
+        "fc_bias",
+        "out_weight_t",
+        "out_bias",
+    )
+
+    def __init__(self, **tensors: torch.Tensor):
+        for name in self.__slots__:
+            setattr(self, name, tensors[name])
+
+
+class GPT2Decoder:
+    """A GPT-2 causal LM implementing genlab's model protocol (see ``base.py``)."""
+
+    def __init__(
+        self,
+        settings: GPT2Settings,
+        info: ModelInfo,
+        wte: torch.Tensor,
+        wpe: torch.Tensor,
+        blocks: list[GPT2Block],
+        ln_f: tuple[torch.Tensor, torch.Tensor],
+        head: torch.Tensor,
+    ):
+        self.settings = settings
+        self.info = info
+        self.name = info.name
+        self.wte = wte  # (vocab, hidden)
+        self.wpe = wpe  # (max_positions, hidden)
+        self.blocks = blocks
+        self.ln_f = ln_f
+        self.head = head  # (vocab, hidden); the same tensor as wte when tied
+        self.act = ACTIVATIONS[settings.activation]
+        base = settings.head_dim**-0.5 if settings.scale_attn_weights else 1.0
+        self.scales = [
+            base / (i + 1) if settings.scale_attn_by_inverse_layer_idx else base
+            for i in range(settings.num_layers)
+        ]
+
+    @classmethod
+    def from_tensors(
+        cls,
+        settings: GPT2Settings,
+        tensors: dict[str, torch.Tensor],
+        info: ModelInfo,
+        dtype: torch.dtype | None = torch.float32,
+    ) -> GPT2Decoder:
+        """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked)."""
+
+        def get(name: str) -> torch.Tensor:
+            t = tensors[name].detach()
+            return (t.to(dtype) if dtype is not None else t).contiguous()
+
+        blocks = []
+        for i in range(settings.num_layers):
+            p = f"transformer.h.{i}."
+            blocks.append(
+                GPT2Block(
+                    ln1_weight=get(p + "ln_1.weight"),
+                    ln1_bias=get(p + "ln_1.bias"),
+                    qkv_weight=get(p + "attn.c_attn.weight").t().contiguous(),  # (3h, h)
+                    qkv_bias=get(p + "attn.c_attn.bias"),
+                    proj_weight_t=get(p + "attn.c_proj.weight"),  # (in, out) = (out, in).t()
+                    proj_bias=get(p + "attn.c_proj.bias"),
+                    ln2_weight=get(p + "ln_2.weight"),
+                    ln2_bias=get(p + "ln_2.bias"),
+                    fc_weight=get(p + "mlp.c_fc.weight").t().contiguous(),  # (inter, h)
+                    fc_bias=get(p + "mlp.c_fc.bias"),
+                    out_weight_t=get(p + "mlp.c_proj.weight"),  # (inter, h)
+                    out_bias=get(p + "mlp.c_proj.bias"),
+                )
+            )
+        wte = get("transformer.wte.weight")
+        head = wte if settings.tie_word_embeddings else get("lm_head.weight")
+        ln_f = (get("transformer.ln_f.weight"), get("transformer.ln_f.bias"))
+        return cls(settings, info, wte, get("transformer.wpe.weight"), blocks, ln_f, head)
+
+    # ---- protocol --------------------------------------------------------------------------
+
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty cache for ``batch_size`` rows (buffers are allocated on the first append)."""
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+        return KVCache(self.settings.num_layers)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.wte.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.wte.device
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        logits_to_keep: int = 1,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> ModelOutput:
+        """Same contract as :meth:`genlab.models.llama.LlamaDecoder.forward`.
+
+        input_ids (rows, new); attention_mask (rows, cache_len + new); position_ids
+        (rows, new), each < ``n_positions``. Returns float32 logits (rows, kept, vocab).
+        """
+        s = self.settings
+        past, attention_mask, position_ids = check_forward_inputs(
+            self.name, input_ids, attention_mask, position_ids, cache, logits_to_keep,
+            s.vocab_size, s.num_layers,
+        )  # fmt: skip
+        check_positions(self.name, position_ids, s.max_positions)
+        new_len = input_ids.shape[1]
+        if output_attentions:
+            keep = _keep_mask(attention_mask, past, new_len)
+            mask, is_causal = additive_mask(keep, self.dtype), False
+        else:
+            mask, is_causal = sdpa_keep_mask(attention_mask, past, new_len)
+
+        h = F.embedding(input_ids, self.wte) + F.embedding(position_ids, self.wpe)
+        hidden_states = [h] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for i, block in enumerate(self.blocks):
+            h, weights = self._block(i, block, h, mask, is_causal, cache, past, attentions)
+            if hidden_states is not None:
+                hidden_states.append(h)
+            if attentions is not None:
+                attentions.append(weights)
+
+        w, b = self.ln_f
+        if hidden_states is not None:
+            h = F.layer_norm(h, (s.hidden_size,), w, b, s.layer_norm_eps)
+            hidden_states[-1] = h
+            kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
+        else:
+            kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
+            kept = F.layer_norm(kept, (s.hidden_size,), w, b, s.layer_norm_eps)
+        logits = F.linear(kept, self.head)
+        if logits.dtype != torch.float32:
+            logits = logits.float()
+        return ModelOutput(
+            logits=logits,
+            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+            attentions=tuple(attentions) if attentions is not None else None,
+        )
+
+    __call__ = forward
+
+    def _block(self, index, block, h, mask, is_causal, cache, past, attentions):
+        s = self.settings
+        rows, new_len, hidden = h.shape
+        nh, d = s.num_heads, s.head_dim
+
+        x = F.layer_norm(h, (hidden,), block.ln1_weight, block.ln1_bias, s.layer_norm_eps)
+        qkv = F.linear(x, block.qkv_weight, block.qkv_bias).view(rows, new_len, 3, nh, d)
+        q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))  # (rows, nh, new, d)
+        if cache is not None:
+            k, v = cache.append(index, k, v)  # (rows, nh, past + new, d)
+        scale = self.scales[index]
+        if attentions is None:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale
+            )
+            weights = None
+        else:
+            out, weights = _explicit_attention(q, k, v, mask, scale, past)
+        out = out.transpose(1, 2).reshape(rows * new_len, hidden)
+
+        h = torch.addmm(h.view(rows * new_len, hidden), out, block.proj_weight_t)
+        h = h + block.proj_bias
+        x = F.layer_norm(h, (hidden,), block.ln2_weight, block.ln2_bias, s.layer_norm_eps)
+        x = self.act(F.linear(x, block.fc_weight, block.fc_bias))
+        h = torch.addmm(h, x, block.out_weight_t) + block.out_bias
+        return h.view(rows, new_len, hidden), weights
+
+
+def _explicit_attention(q, k, v, mask, scale, past):
+    """Attention with probabilities, masked as the reference's eager GPT-2 path does.
+
+    q, k, v (rows, nh, new | total, d); mask additive (rows, 1, new, total). The causal
+    part is applied first with the lowest float, then the additive mask on top, so a query
+    whose keys are all padding spreads its weight over the causal keys (as the reference).
+    """
+    new_len, total = q.shape[2], k.shape[2]
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (rows, nh, new, total)
+    causal = torch.ones(new_len, total, dtype=torch.bool, device=q.device).tril(past)
+    lowest = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype, device=q.device)
+    scores = torch.where(causal, scores, lowest) + mask
+    probs = torch.softmax(scores, dim=-1)
+    return torch.matmul(probs, v), probs
+

@@ -1,0 +1,697 @@
+"""The built-in Llama-family decoder (Llama, SmolLM2, Mistral, Qwen2-style q/k/v bias).
+
+One decoder layer, top to bottom::
+
+    x ─ RMSNorm ─ fused QKV ─ RoPE(q, k) ─ append k, v to the cache ─ attention ─ o_proj ─(+x)
+      ─ RMSNorm ─ fused gate|up ─ silu(gate) * up ─ down_proj ─(+)
+
+The weights are plain tensors (no ``nn.Module``): the q/k/v projections are stacked into one
+matrix and gate/up into another so that a decoding step runs two matrix products where the
+reference runs five; the RoPE cos/sin tables are computed once and looked up by position; keys
+and values are written in place into :class:`~genlab.models.base.KVCache`; the final norm and
+the vocabulary projection run only on the positions whose logits are kept.
+
+This module also holds the input checks and attention-mask helpers that ``gpt2.py`` reuses.
+
+Example::
+
+    >>> from genlab.models.architectures import build_decoder
+    >>> lm = build_decoder(config_dict, state_dict)          # transformers-style names
+    >>> cache = lm.new_cache(batch_size=1)
+    >>> out = lm.forward(ids, attention_mask=torch.ones_like(ids),
+    ...                  position_ids=torch.arange(ids.shape[1])[None], cache=cache)
+    >>> out.logits.shape                                      # (1, 1, vocab)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from genlab.models.base import KVCache, ModelInfo, ModelOutput
+
+# transformers' class defaults for fields a config.json may leave out, per model_type
+CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": None,
+    },
+    "mistral": {
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096 * 32,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "sliding_window": 4096,
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": None,
+    },
+    "qwen2": {
+        "vocab_size": 151936,
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "hidden_act": "silu",
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "use_sliding_window": False,
+        "tie_word_embeddings": False,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
+    },
+}
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+# --------------------------------------------------------------------------------------------
+# Settings read from a transformers-style config dict
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LlamaSettings:
+    """The architecture numbers of a Llama-family decoder.
+
+    ``qkv_bias``: biases on q/k/v (Qwen2, or Llama with ``attention_bias``); ``o_bias``: bias
+    on the output projection (Llama with ``attention_bias`` only); ``sliding_window``: keys
+    further back than this many positions are masked (Mistral), None for full attention.
+    """
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict | None
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    tie_word_embeddings: bool
+    max_position_embeddings: int | None
+    sliding_window: int | None
+
+    @classmethod
+    def from_config(cls, config: dict) -> LlamaSettings:
+        """Read a config.json dict (``model_type`` llama, mistral or qwen2).
+
+        Fields the dict leaves out take transformers' defaults for that model_type.
+        """
+        model_type = config.get("model_type", "llama")
+        if model_type not in CONFIG_DEFAULTS:
+            raise ValueError(
+                f"model_type={model_type!r} is not a Llama-family type; "
+                f"expected one of {sorted(CONFIG_DEFAULTS)}"
+            )
+        c = {**CONFIG_DEFAULTS[model_type], **config}
+        hidden = _positive_int(c, "hidden_size")
+        heads = _positive_int(c, "num_attention_heads")
+        kv_heads = c.get("num_key_value_heads") or heads
+        if not isinstance(kv_heads, int) or kv_heads <= 0 or heads % kv_heads:
+            raise ValueError(
+                f"num_key_value_heads={kv_heads!r} must be a positive divisor of "
+                f"num_attention_heads={heads}"
+            )
+        head_dim = c.get("head_dim") or hidden // heads
+        if c.get("hidden_act", "silu") != "silu":
+            raise ValueError(
+                f"hidden_act={c['hidden_act']!r} is not supported by the Llama decoder; "
+                "it supports 'silu' only"
+            )
+        if model_type == "qwen2" and c.get("use_sliding_window"):
+            raise ValueError(
+                "use_sliding_window=True (Qwen2 per-layer sliding windows) is not supported; "
+                "set it to False or load the model through transformers (genlab.load(hf_model))"
+            )
+        attention_bias = bool(c.get("attention_bias", False))
+        rope_scaling = c.get("rope_scaling")
+        _check_rope_scaling(rope_scaling)
+        return cls(
+            model_type=model_type,
+            vocab_size=_positive_int(c, "vocab_size"),
+            hidden_size=hidden,
+            intermediate_size=_positive_int(c, "intermediate_size"),
+            num_layers=_positive_int(c, "num_hidden_layers"),
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=int(head_dim),
+            rms_norm_eps=float(c["rms_norm_eps"]),
+            rope_theta=float(c["rope_theta"]),
+            rope_scaling=dict(rope_scaling) if rope_scaling else None,
+            qkv_bias=attention_bias or model_type == "qwen2",
+            o_bias=attention_bias and model_type != "qwen2",
+            mlp_bias=bool(c.get("mlp_bias", False)),
+            tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
+            max_position_embeddings=c.get("max_position_embeddings"),
+            sliding_window=c.get("sliding_window") if model_type == "mistral" else None,
+        )
+
+
+def _positive_int(config: dict, key: str) -> int:
+    value = config.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"config field {key}={value!r} must be a positive integer")
+    return value
+
+
+def _check_rope_scaling(rope_scaling: Any) -> None:
+    if not rope_scaling:
+        return
+    if not isinstance(rope_scaling, dict):
+        raise ValueError(f"rope_scaling={rope_scaling!r} must be a dict or None")
+    kind = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
+    if kind not in SUPPORTED_ROPE_TYPES:
+        raise ValueError(
+            f"rope_scaling type {kind!r} is not supported by the built-in decoder; supported: "
+            f"{list(SUPPORTED_ROPE_TYPES)} (load the model through transformers for others)"
+        )
+    needed = {"linear": ["factor"], "llama3": ["factor", "low_freq_factor", "high_freq_factor",
+                                              "original_max_position_embeddings"]}
+    missing = [k for k in needed.get(kind, []) if k not in rope_scaling]
+    if missing:
+        raise ValueError(f"rope_scaling of type {kind!r} lacks the field(s) {missing}")
+
+
+def expected_shapes(s: LlamaSettings) -> dict[str, tuple[int, ...]]:
+    """Every tensor the decoder needs, by transformers' parameter name, with its shape."""
+    h, d = s.hidden_size, s.head_dim
+    q_out, kv_out, inter = s.num_heads * d, s.num_kv_heads * d, s.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (s.vocab_size, h)}
+    for i in range(s.num_layers):
+        p = f"model.layers.{i}."
+        shapes[p + "input_layernorm.weight"] = (h,)
+        shapes[p + "self_attn.q_proj.weight"] = (q_out, h)
+        shapes[p + "self_attn.k_proj.weight"] = (kv_out, h)
+        shapes[p + "self_attn.v_proj.weight"] = (kv_out, h)
+        shapes[p + "self_attn.o_proj.weight"] = (h, q_out)
+        if s.qkv_bias:
+            shapes[p + "self_attn.q_proj.bias"] = (q_out,)
+            shapes[p + "self_attn.k_proj.bias"] = (kv_out,)
+            shapes[p + "self_attn.v_proj.bias"] = (kv_out,)
+        if s.o_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (h,)
+        shapes[p + "post_attention_layernorm.weight"] = (h,)
+        shapes[p + "mlp.gate_proj.weight"] = (inter, h)
+        shapes[p + "mlp.up_proj.weight"] = (inter, h)
+        shapes[p + "mlp.down_proj.weight"] = (h, inter)
+        if s.mlp_bias:
+            shapes[p + "mlp.gate_proj.bias"] = (inter,)
+            shapes[p + "mlp.up_proj.bias"] = (inter,)
+            shapes[p + "mlp.down_proj.bias"] = (h,)
+    shapes["model.norm.weight"] = (h,)
+    if not s.tie_word_embeddings:
+        shapes["lm_head.weight"] = (s.vocab_size, h)
+    return shapes
+
+
+# --------------------------------------------------------------------------------------------
+# Rotary position embedding
+# --------------------------------------------------------------------------------------------
+
+
+def rope_inverse_frequencies(s: LlamaSettings) -> torch.Tensor:
+    """Inverse frequencies (head_dim // 2,) float32, with "linear" / "llama3" scaling applied.
+
+    Default: ``1 / theta ** (2i / head_dim)``. llama3 keeps high frequencies, divides low ones
+    by ``factor`` and blends in between (wavelengths measured against the original context).
+    """
+    d = s.head_dim
+    inv = 1.0 / (s.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    scaling = s.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "linear":
+        return inv / scaling["factor"]
+    if kind == "llama3":
+        factor = scaling["factor"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_len = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old_len / low, inv / factor, inv)
+        smooth = (old_len / wavelen - low) / (high - low)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        return torch.where(medium, blended, scaled)
+    return inv
+
+
+class RotaryTable:
+    """cos/sin tables indexed by position, grown on demand (never per step).
+
+    ``lookup(position_ids)`` returns ``cos`` and ``sin_signed`` of shape (rows, new, 1, head_dim)
+    where ``sin_signed`` has its first half negated, so that rotating x is
+    ``x * cos + swap_halves(x) * sin_signed`` (see :func:`apply_rotary`).
+    """
+
+    def __init__(self, inv_freq: torch.Tensor, initial_length: int = 4096):
+        self.inv_freq = inv_freq  # (head_dim // 2,) float32
+        self.initial_length = initial_length
+        self.cos = torch.empty(0)
+        self.sin_signed = torch.empty(0)
+
+    def _build(self, length: int, dtype: torch.dtype, device: torch.device) -> None:
+        positions = torch.arange(length, dtype=torch.float32)
+        freqs = torch.outer(positions, self.inv_freq)  # (length, head_dim // 2)
+        angles = torch.cat((freqs, freqs), dim=-1)  # (length, head_dim)
+        half = freqs.shape[-1]
+        sin = angles.sin()
+        sin[:, :half].neg_()
+        self.cos = angles.cos().to(device=device, dtype=dtype)
+        self.sin_signed = sin.to(device=device, dtype=dtype)
+
+    def lookup(
+        self, position_ids: torch.Tensor, max_position: int, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """position_ids (rows, new) -> cos, sin_signed (rows, new, 1, head_dim)."""
+        if max_position >= self.cos.shape[0] or self.cos.dtype != dtype:
+            length = max(self.initial_length, 2 * self.cos.shape[0], max_position + 1)
+            self._build(length, dtype, position_ids.device)
+        return self.cos[position_ids].unsqueeze(2), self.sin_signed[position_ids].unsqueeze(2)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """Rotate x (rows, new, heads, head_dim) by the angles in cos/sin (rows, new, 1, head_dim).
+
+    Equivalent to ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = [-x2, x1]``.
+    """
+    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]
+    return torch.addcmul(x * cos, swapped, sin_signed)
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks and attention masks (shared with gpt2.py)
+# --------------------------------------------------------------------------------------------
+
+
+def check_forward_inputs(
+    model: str,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    cache: Any,
+    logits_to_keep: int,
+    vocab_size: int,
+    num_layers: int,
+    max_positions: int | None = None,
+) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """Validate a forward call before any model work.
+
+    Returns ``past`` (positions already in the cache), the attention mask
+    (rows, past + new) and the position ids (rows, new), filling in the defaults
+    (all ones; ``past .. past + new - 1``) when they are None.
+    """
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids)
+        raise ValueError(f"{model}: input_ids must be a 2-D tensor (rows, new_len); got {shape}")
+    if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise ValueError(f"{model}: input_ids must hold integer token ids; got {input_ids.dtype}")
+    rows, new_len = input_ids.shape
+    if new_len == 0 or rows == 0:
+        raise ValueError(
+            f"{model}: input_ids has shape {tuple(input_ids.shape)}; it needs at least one row "
+            "and one token"
+        )
+    low, high = torch.aminmax(input_ids)
+    if low.item() < 0 or high.item() >= vocab_size:
+        bad = low.item() if low.item() < 0 else high.item()
+        raise ValueError(
+            f"{model}: input_ids contains token id {bad}, outside the vocabulary [0, {vocab_size})"
+        )
+    if not isinstance(logits_to_keep, int) or isinstance(logits_to_keep, bool) or logits_to_keep < 0:
+        raise ValueError(
+            f"{model}: logits_to_keep={logits_to_keep!r} must be an integer >= 0 (0 keeps all)"
+        )
+    past = _cache_length(model, cache, rows, num_layers)
+    total = past + new_len
+    if attention_mask is None:
+        attention_mask = input_ids.new_ones(rows, total)
+    elif not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != (
+        rows,
+        total,
+    ):
+        shape = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else None
+        raise ValueError(
+            f"{model}: attention_mask has shape {shape}; expected (rows, cache_len + new_len) = "
+            f"({rows}, {past} + {new_len})"
+        )
+    if position_ids is None:
+        position_ids = torch.arange(past, total, device=input_ids.device).expand(rows, new_len)
+    elif not isinstance(position_ids, torch.Tensor) or tuple(position_ids.shape) != (
+        rows,
+        new_len,
+    ):
+        shape = tuple(position_ids.shape) if isinstance(position_ids, torch.Tensor) else None
+        raise ValueError(
+            f"{model}: position_ids has shape {shape}; expected (rows, new_len) = ({rows}, {new_len})"
+        )
+    return past, attention_mask, position_ids
+
+
+def check_positions(model: str, position_ids: torch.Tensor, limit: int | None) -> int:
+    """Return the largest position id; raise if one is negative or (when given) >= limit."""
+    low, high = torch.aminmax(position_ids)
+    low, high = int(low.item()), int(high.item())
+    if low < 0 or (limit is not None and high >= limit):
+        allowed = f"[0, {limit})" if limit is not None else ">= 0"
+        raise ValueError(
+            f"{model}: position_ids contains {low if low < 0 else high}; allowed positions are "
+            f"{allowed}"
+        )
+    return high
+
+
+def _cache_length(model: str, cache: Any, rows: int, num_layers: int) -> int:
+    if cache is None:
+        return 0
+    if not hasattr(cache, "append") or not hasattr(cache, "length"):
+        raise ValueError(
+            f"{model}: cache must be a KVCache from model.new_cache(batch_size) (or None); "
+            f"got {type(cache).__name__}"
+        )
+    if getattr(cache, "num_layers", num_layers) != num_layers:
+        raise ValueError(
+            f"{model}: cache has {cache.num_layers} layers, the model has {num_layers}; "
+            "create it with model.new_cache(batch_size)"
+        )
+    past = cache.length()
+    keys = getattr(cache, "keys", None)
+    if past and keys and keys[0] is not None and keys[0].shape[0] != rows:
+        raise ValueError(
+            f"{model}: the cache holds {keys[0].shape[0]} rows but input_ids has {rows}; "
+            "reorder or recreate the cache"
+        )
+    return past
+
+
+def sdpa_keep_mask(
+    attention_mask: torch.Tensor, past: int, new_len: int, sliding_window: int | None = None
+) -> tuple[torch.Tensor | None, bool]:
+    """Boolean mask for ``scaled_dot_product_attention`` and its ``is_causal`` flag.
+
+    attention_mask (rows, past + new) of 0/1 -> mask (rows, 1, new, past + new), True where a
+    query may attend a key: the key is not padding, not in the future, and (with a sliding
+    window) fewer than ``sliding_window`` positions back. When nothing is padded and the
+    causal structure is all there is (one new token, or no past), return ``(None, causal)``
+    so that SDPA can take its fastest path.
+    """
+    total = past + new_len
+    windowed = sliding_window is not None and total > sliding_window
+    if not windowed and (new_len == 1 or past == 0) and bool(attention_mask.all()):
+        return None, new_len > 1
+    return _keep_mask(attention_mask, past, new_len, sliding_window), False
+
+
+def _keep_mask(
+    attention_mask: torch.Tensor, past: int, new_len: int, sliding_window: int | None = None
+) -> torch.Tensor:
+    """(rows, 1, new, past + new) bool: padding & causal (& window)."""
+    device = attention_mask.device
+    query_pos = torch.arange(past, past + new_len, device=device)[:, None]  # (new, 1)
+    key_pos = torch.arange(past + new_len, device=device)[None, :]  # (1, total)
+    keep = key_pos <= query_pos
+    if sliding_window is not None:
+        keep = keep & (key_pos > query_pos - sliding_window)
+    return keep[None, None] & attention_mask[:, None, None, :].bool()
+
+
+def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where ``keep``, the dtype's lowest finite value elsewhere (the reference's eager mask)."""
+    zero = torch.zeros((), dtype=dtype, device=keep.device)
+    lowest = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=keep.device)
+    return torch.where(keep, zero, lowest)
+
+
+# --------------------------------------------------------------------------------------------
+# The decoder
+# --------------------------------------------------------------------------------------------
+
+
+class LlamaLayer:
+    """One decoder layer's weights, stored the way the forward pass uses them.
+
+    qkv_weight: (q_out + 2 * kv_out, hidden); o_weight_t: (q_out, hidden) (transposed view);
+    gate_up_weight: (2 * intermediate, hidden); down_weight_t: (intermediate, hidden).
+    """
+
+    __slots__ = (
+        "attn_norm",
+        "qkv_weight",
+        "qkv_bias",
+        "o_weight_t",
+        "o_bias",
+        "mlp_norm",
+        "gate_up_weight",
+        "gate_up_bias",
+        "down_weight_t",
+        "down_bias",
+    )
+
+    def __init__(self, **tensors: torch.Tensor | None):
+        for name in self.__slots__:
+            setattr(self, name, tensors.get(name))
+
+
+class LlamaDecoder:
+    """A Llama-family causal LM implementing genlab's model protocol (see ``base.py``).
+
+    Build it with :func:`genlab.models.architectures.build_decoder` (transformers names) or
+    :meth:`from_tensors`. ``forward`` returns float32 logits (rows, kept, vocab).
+    """
+
+    def __init__(
+        self,
+        settings: LlamaSettings,
+        info: ModelInfo,
+        embed: torch.Tensor,
+        layers: list[LlamaLayer],
+        norm: torch.Tensor,
+        head: torch.Tensor,
+    ):
+        self.settings = settings
+        self.info = info
+        self.embed = embed  # (vocab, hidden)
+        self.layers = layers
+        self.norm = norm  # (hidden,)
+        self.head = head  # (vocab, hidden); the same tensor as embed when tied
+        self.rope = RotaryTable(rope_inverse_frequencies(settings))
+        self.scale = settings.head_dim**-0.5
+        self.name = info.name
+
+    # ---- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_tensors(
+        cls,
+        settings: LlamaSettings,
+        tensors: dict[str, torch.Tensor],
+        info: ModelInfo,
+        dtype: torch.dtype | None = torch.float32,
+    ) -> LlamaDecoder:
+        """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked)."""
+
+        def get(name: str) -> torch.Tensor:
+            t = tensors[name].detach()
+            return t.to(dtype) if dtype is not None else t
+
+        def maybe(name: str) -> torch.Tensor | None:
+            return get(name) if name in tensors else None
+
+        layers = []
+        for i in range(settings.num_layers):
+            p = f"model.layers.{i}."
+            a, m = p + "self_attn.", p + "mlp."
+            qkv_bias = None
+            if settings.qkv_bias:
+                qkv_bias = torch.cat([get(a + f"{x}_proj.bias") for x in "qkv"])
+            gate_up_bias = None
+            if settings.mlp_bias:
+                gate_up_bias = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")])
+            layers.append(
+                LlamaLayer(
+                    attn_norm=get(p + "input_layernorm.weight").contiguous(),
+                    qkv_weight=torch.cat([get(a + f"{x}_proj.weight") for x in "qkv"]),
+                    qkv_bias=qkv_bias,
+                    o_weight_t=get(a + "o_proj.weight").contiguous().t(),
+                    o_bias=maybe(a + "o_proj.bias"),
+                    mlp_norm=get(p + "post_attention_layernorm.weight").contiguous(),
+                    gate_up_weight=torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")]),
+                    gate_up_bias=gate_up_bias,
+                    down_weight_t=get(m + "down_proj.weight").contiguous().t(),
+                    down_bias=maybe(m + "down_proj.bias"),
+                )
+            )
+        embed = get("model.embed_tokens.weight").contiguous()
+        head = embed if settings.tie_word_embeddings else get("lm_head.weight").contiguous()
+        return cls(settings, info, embed, layers, get("model.norm.weight").contiguous(), head)
+
+    # ---- protocol --------------------------------------------------------------------------
+
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty cache for ``batch_size`` rows (buffers are allocated on the first append)."""
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+        return KVCache(self.settings.num_layers)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        logits_to_keep: int = 1,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> ModelOutput:
+        """Run the new tokens through the model, appending their keys/values to ``cache``.
+
+        input_ids (rows, new); attention_mask (rows, cache_len + new), 0 on padding;
+        position_ids (rows, new). Returns logits (rows, kept, vocab) float32 for the last
+        ``logits_to_keep`` positions (0: all), hidden_states (layers + 1 tensors of
+        (rows, new, hidden): embeddings first, the last after the final norm) and attentions
+        (per layer (rows, heads, new, cache_len + new)) when asked.
+        """
+        s = self.settings
+        past, attention_mask, position_ids = check_forward_inputs(
+            self.name, input_ids, attention_mask, position_ids, cache, logits_to_keep,
+            s.vocab_size, s.num_layers,
+        )  # fmt: skip
+        new_len = input_ids.shape[1]
+        max_position = check_positions(self.name, position_ids, None)
+        cos, sin = self.rope.lookup(position_ids, max_position, self.dtype)  # (rows, new, 1, d)
+        if output_attentions:  # explicit softmax path: the reference's additive eager mask
+            keep = _keep_mask(attention_mask, past, new_len, s.sliding_window)
+            mask, is_causal = additive_mask(keep, self.dtype), False
+        else:
+            mask, is_causal = sdpa_keep_mask(attention_mask, past, new_len, s.sliding_window)
+
+        h = F.embedding(input_ids, self.embed)  # (rows, new, hidden)
+        hidden_states = [h] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for i, layer in enumerate(self.layers):
+            h, weights = self._layer(i, layer, h, cos, sin, mask, is_causal, cache, attentions)
+            if hidden_states is not None:
+                hidden_states.append(h)
+            if attentions is not None:
+                attentions.append(weights)
+
+        if hidden_states is not None:  # the reference's last entry is the normed output
+            h = F.rms_norm(h, (s.hidden_size,), self.norm, s.rms_norm_eps)
+            hidden_states[-1] = h
+            kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
+        else:
+            kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
+            kept = F.rms_norm(kept, (s.hidden_size,), self.norm, s.rms_norm_eps)
+        logits = F.linear(kept, self.head)  # (rows, kept, vocab)
+        if logits.dtype != torch.float32:
+            logits = logits.float()
+        return ModelOutput(
+            logits=logits,
+            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+            attentions=tuple(attentions) if attentions is not None else None,
+        )
+
+    __call__ = forward
+
+    # ---- one layer -------------------------------------------------------------------------
+
+    def _layer(self, index, layer, h, cos, sin, mask, is_causal, cache, attentions):
+        s = self.settings
+        rows, new_len, hidden = h.shape
+        nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
+
+        # attention: one matmul for q, k and v; RoPE on q and k together
+        x = F.rms_norm(h, (hidden,), layer.attn_norm, s.rms_norm_eps)
+        qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias).view(rows, new_len, nh + 2 * nkv, d)
+        qk = apply_rotary(qkv[:, :, : nh + nkv], cos, sin)  # (rows, new, nh + nkv, d)
+        q = qk[:, :, :nh].transpose(1, 2)  # (rows, nh, new, d)
+        k = qk[:, :, nh:].transpose(1, 2)  # (rows, nkv, new, d)
+        v = qkv[:, :, nh + nkv :].transpose(1, 2)  # (rows, nkv, new, d)
+        if cache is not None:
+            k, v = cache.append(index, k, v)  # (rows, nkv, past + new, d)
+        if attentions is None:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale,
+                enable_gqa=nkv != nh,
+            )  # fmt: skip
+            weights = None
+        else:
+            out, weights = explicit_attention(q, k, v, mask, self.scale)
+        out = out.transpose(1, 2).reshape(rows * new_len, nh * d)
+
+        # residual add fused into the output projection
+        h = torch.addmm(h.view(rows * new_len, hidden), out, layer.o_weight_t)
+        if layer.o_bias is not None:
+            h = h + layer.o_bias
+
+        # gated MLP: one matmul for gate and up
+        x = F.rms_norm(h, (hidden,), layer.mlp_norm, s.rms_norm_eps)
+        gate_up = F.linear(x, layer.gate_up_weight, layer.gate_up_bias)
+        gate, up = gate_up.chunk(2, dim=-1)
+        h = torch.addmm(h, F.silu(gate) * up, layer.down_weight_t)
+        if layer.down_bias is not None:
+            h = h + layer.down_bias
+        return h.view(rows, new_len, hidden), weights
+
+
+def explicit_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with the probabilities materialised (for ``output_attentions``).
+
+    q (rows, nh, new, d); k, v (rows, nkv, total, d); mask additive (rows, 1, new, total).
+    Returns output (rows, nh, new, d) and probabilities (rows, nh, new, total).
+    """
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    scores = torch.matmul(q, k.transpose(2, 3)) * scale + mask
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, v), probs

@@ -1,0 +1,37 @@
+"""matplotlib figures from traces, results and watermark detections.
+
+Every function returns a matplotlib ``Figure`` and never calls ``plt.show()``; nothing
+here imports widgets. Grouped by subject:
+
+* :mod:`genlab.plots.tokens`: probabilities and entropy along a text, top-k bars, the
+  processor waterfall of one step;
+* :mod:`genlab.plots.beam`: the beam tree;
+* :mod:`genlab.plots.watermark`: green/red tokens, running z-score, green lists, SynthID.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "token_probs": "tokens",
+    "topk_bars": "tokens",
+    "waterfall": "tokens",
+    "compare_logprobs": "tokens",
+    "beam_tree": "beam",
+    "green_red_tokens": "watermark",
+    "running_z": "watermark",
+    "greenlist_bars": "watermark",
+    "synthid_gvalues_heatmap": "watermark",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"genlab.plots.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'genlab.plots' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

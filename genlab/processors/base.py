@@ -1,0 +1,208 @@
+"""The processor protocol, the list that applies processors in order, and shared helpers.
+
+A logits processor is any callable ``processor(input_ids, scores) -> scores`` where
+
+* ``input_ids``: (rows, seq_len) every token so far, prompt included;
+* ``scores``: (rows, vocab) float, logits in greedy/sampling mode, log-probs in beam mode.
+
+It returns a *new* tensor (or ``scores`` itself when it changes nothing) and never writes
+into ``scores``. A few processors need more than those two arguments (the Hamming
+diversity processor takes ``current_tokens`` and ``beam_group_idx``); the list passes its
+extra keyword arguments only to processors whose ``__call__`` has more than two parameters,
+as transformers does, so transformers' own processor objects work unchanged.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+import torch
+
+# Class names (genlab's and transformers') of the processors that only run when sampling.
+WARPER_NAMES = frozenset(
+    {
+        "TemperatureLogitsWarper",
+        "TopKLogitsWarper",
+        "TopPLogitsWarper",
+        "MinPLogitsWarper",
+        "TypicalLogitsWarper",
+        "EpsilonLogitsWarper",
+        "EtaLogitsWarper",
+    }
+)
+
+
+class LogitsProcessor:
+    """Base class of genlab's processors.
+
+    Subclasses set ``stage_name`` (a short label for traces and widgets, e.g. ``"top_k"``),
+    ``is_warper`` (True for the sampling-only filters) and ``shown`` (the attribute names
+    that :meth:`describe` prints), and implement ``__call__``.
+
+    >>> class AddOne(LogitsProcessor):
+    ...     stage_name = "add_one"
+    ...     def __call__(self, input_ids, scores):
+    ...         return scores + 1
+    >>> AddOne()(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 3)).tolist()
+    [[1.0, 1.0, 1.0]]
+    """
+
+    stage_name: ClassVar[str] = "processor"
+    is_warper: ClassVar[bool] = False
+    shown: ClassVar[tuple[str, ...]] = ()
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        raise NotImplementedError(
+            f"{type(self).__name__} is abstract: subclass LogitsProcessor and implement __call__"
+        )
+
+    def describe(self) -> str:
+        """A one-line label with the settings, e.g. ``"top_k(top_k=50)"``."""
+        parts = [f"{name}={_short(getattr(self, name, None))}" for name in self.shown]
+        return f"{self.stage_name}({', '.join(parts)})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}<{self.describe()}>"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def stage_name_of(processor: Any) -> str:
+    """The label of any processor: genlab's ``stage_name``, else its class name.
+
+    >>> stage_name_of(lambda ids, scores: scores)
+    'function'
+    """
+    return getattr(processor, "stage_name", None) or type(processor).__name__
+
+
+def is_warper(processor: Any) -> bool:
+    """True for sampling-only filters, genlab's or transformers' (by class name)."""
+    flag = getattr(processor, "is_warper", None)
+    if isinstance(flag, bool):
+        return flag
+    return type(processor).__name__ in WARPER_NAMES
+
+
+def extra_call_parameters(processor: Any) -> list[str]:
+    """Names of the parameters a processor takes after ``(input_ids, scores)``.
+
+    >>> class Grouped:
+    ...     def __call__(self, input_ids, scores, beam_group_idx):
+    ...         return scores
+    >>> extra_call_parameters(Grouped())
+    ['beam_group_idx']
+    """
+    params = list(inspect.signature(processor.__call__).parameters)
+    return params[2:]
+
+
+def call_processor(
+    processor: Any, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+) -> torch.FloatTensor:
+    """Apply one processor; keyword arguments reach it only if its ``__call__`` takes more
+    than two parameters, and then all of those must be among them."""
+    extra = extra_call_parameters(processor)
+    if not extra:
+        return processor(input_ids, scores)
+    missing = [name for name in extra if name not in kwargs]
+    if missing:
+        raise ValueError(
+            f"{type(processor).__name__} needs the keyword arguments {extra} when it is called "
+            f"from a LogitsProcessorList, but {missing} were not given: pass them to the list call"
+        )
+    return processor(input_ids, scores, **kwargs)
+
+
+class LogitsProcessorList(list):
+    """A list of processors applied in order: ``scores = processors(input_ids, scores)``.
+
+    >>> from genlab.processors import TemperatureLogitsWarper
+    >>> procs = LogitsProcessorList([TemperatureLogitsWarper(2.0)])
+    >>> procs(torch.tensor([[0]]), torch.tensor([[2.0, 4.0]])).tolist()
+    [[1.0, 2.0]]
+    """
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.FloatTensor:
+        # input_ids: (rows, seq_len); scores: (rows, vocab) -> (rows, vocab)
+        for processor in self:
+            scores = call_processor(processor, input_ids, scores, **kwargs)
+        return scores
+
+    def stage_names(self) -> list[str]:
+        """The label of each processor, in order."""
+        return [stage_name_of(p) for p in self]
+
+
+# ---------------------------------------------------------------------------------------
+# argument checks and conversions shared by the processor families
+
+
+def check_real(name: str, value: Any, *, allowed: str, ok) -> float:
+    """Return ``float(value)`` if it is a real number (not bool) with ``ok(value)`` true,
+    else raise a ValueError naming ``name``, the value and the allowed range."""
+    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not is_number or math.isnan(value) or not ok(float(value)):
+        raise ValueError(f"`{name}` must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def check_int(name: str, value: Any, *, minimum: int) -> int:
+    """Return ``value`` if it is an int (not bool) >= ``minimum``, else raise ValueError."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def token_id_tensor(
+    name: str, token_ids: int | Sequence[int] | torch.Tensor, device: Any = "cpu"
+) -> torch.LongTensor:
+    """One id or several as a 1-D LongTensor, checked to be non-negative integers.
+
+    >>> token_id_tensor("eos_token_id", 2).tolist()
+    [2]
+    """
+    if isinstance(token_ids, torch.Tensor):
+        ids = token_ids
+    else:
+        if isinstance(token_ids, int) and not isinstance(token_ids, bool):
+            token_ids = [token_ids]
+        values = list(token_ids) if isinstance(token_ids, Iterable) else None
+        if values is None or not all(_is_int(v) for v in values):
+            raise ValueError(
+                f"`{name}` must be a token id or a list of token ids (integers >= 0), "
+                f"got {token_ids!r}"
+            )
+        ids = torch.tensor([int(v) for v in values], dtype=torch.long, device=device)
+    if ids.is_floating_point() or (ids < 0).any():
+        raise ValueError(f"`{name}` must hold integer token ids >= 0, got {ids.tolist()!r}")
+    return ids.reshape(-1)
+
+
+def _is_int(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and not value.is_floating_point()
+    return isinstance(value, int) and not isinstance(value, bool) or _is_numpy_int(value)
+
+
+def _is_numpy_int(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and "int" in type(value).__name__
+
+
+def vocab_mask(token_ids: torch.Tensor, scores: torch.Tensor) -> torch.BoolTensor:
+    """(vocab,) True at ``token_ids``: the mask the suppressing processors apply."""
+    vocab = torch.arange(scores.shape[-1], device=scores.device)
+    return torch.isin(vocab, token_ids.to(scores.device))

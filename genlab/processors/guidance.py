@@ -1,0 +1,144 @@
+"""Classifier-free guidance: push the scores away from an unconditional (or negative)
+prediction, ``uncond + guidance_scale * (cond - uncond)``.
+
+The batched form expects the conditional and unconditional rows stacked in ``scores``; the
+unbatched form runs its own unconditional pass through a genlab-protocol model
+(``new_cache`` / ``forward``, see :mod:`genlab.models.base`) at every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .base import LogitsProcessor, check_real
+
+
+class ClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
+    """CFG over a doubled batch: ``scores`` is (2 * rows, vocab), conditional rows first,
+    ``input_ids`` (rows, seq_len); returns (rows, vocab).
+
+    >>> p = ClassifierFreeGuidanceLogitsProcessor(3.0)
+    >>> p(torch.tensor([[0]]), torch.tensor([[2.0, 0.0], [1.0, 0.0]])).tolist()
+    [[4.0, 0.0]]
+    """
+
+    stage_name = "cfg"
+    shown = ("guidance_scale",)
+
+    def __init__(self, guidance_scale: float):
+        self.guidance_scale = check_real(
+            "guidance_scale", guidance_scale, allowed="a float > 1", ok=lambda v: v > 1
+        )
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows = input_ids.shape[0]
+        if scores.shape[0] != 2 * rows:
+            raise ValueError(
+                f"scores must stack conditional then unconditional rows (2 * {rows} rows for "
+                f"{rows} input rows), got {scores.shape[0]} rows"
+            )
+        cond, uncond = scores.split(rows, dim=0)
+        return uncond + (cond - uncond) * self.guidance_scale
+
+
+def _as_genlab_model(model: Any) -> Any:
+    """A genlab-protocol model as it is; a transformers model wrapped in ``HFModel``."""
+    if hasattr(model, "new_cache") and hasattr(model, "forward"):
+        return model
+    from genlab.models.hf import HFModel, is_transformers_model
+
+    if is_transformers_model(model):
+        return HFModel(model)
+    raise ValueError(
+        "`model` for classifier-free guidance must be a genlab model (with new_cache and "
+        f"forward) or a transformers model, got {type(model).__name__}"
+    )
+
+
+class UnbatchedClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
+    """CFG with a separate unconditional pass, in log-probabilities:
+    ``log_softmax(uncond) + guidance_scale * (log_softmax(scores) - log_softmax(uncond))``.
+
+    The unconditional branch starts from ``unconditional_ids`` (rows, len) (a negative
+    prompt), or, when None, from the last token of ``input_ids`` at the first call; each
+    later call feeds it the newest token. Positions count from 0 in that branch whatever its
+    attention mask says, as the reference does. ``use_cache=False`` re-runs the whole branch
+    every step. With ``guidance_scale == 1`` only the log-softmax is applied.
+
+    >>> from genlab.models.hf import HFModel                        # doctest: +SKIP
+    >>> cfg = UnbatchedClassifierFreeGuidanceLogitsProcessor(1.5, HFModel(hf))  # doctest: +SKIP
+    >>> guided = cfg(input_ids, logits)  # (rows, vocab) log-probs  # doctest: +SKIP
+    """
+
+    stage_name = "cfg"
+    shown = ("guidance_scale", "use_cache")
+
+    def __init__(
+        self,
+        guidance_scale: float,
+        model: Any,
+        unconditional_ids: torch.LongTensor | None = None,
+        unconditional_attention_mask: torch.LongTensor | None = None,
+        use_cache: bool | None = True,
+    ):
+        self.guidance_scale = check_real(
+            "guidance_scale",
+            guidance_scale,
+            allowed="a number (1 = no guidance)",
+            ok=lambda v: True,
+        )
+        self.model = _as_genlab_model(model)
+        self.unconditional_ids = unconditional_ids
+        self.unconditional_attention_mask = unconditional_attention_mask
+        self.use_cache = bool(use_cache)
+        self._cache = None
+        self._first_pass = True
+
+    def _next_inputs(self, input_ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advance the unconditional branch by one step: (tokens to feed, full mask)."""
+        if self._first_pass:
+            self._first_pass = False
+            if self.unconditional_ids is None:
+                self.unconditional_ids = input_ids[:, -1:]
+            if self.unconditional_attention_mask is None:
+                self.unconditional_attention_mask = torch.ones_like(
+                    self.unconditional_ids, dtype=torch.long
+                )
+            return self.unconditional_ids, self.unconditional_attention_mask
+        newest = input_ids[:, -1:]  # (rows, 1)
+        self.unconditional_attention_mask = torch.cat(
+            [self.unconditional_attention_mask, torch.ones_like(newest, dtype=torch.long)], dim=1
+        )
+        if self.use_cache:
+            self.unconditional_ids = newest
+        else:
+            self.unconditional_ids = torch.cat([self.unconditional_ids, newest], dim=1)
+        return self.unconditional_ids, self.unconditional_attention_mask
+
+    def unconditional_logits(self, input_ids: torch.LongTensor) -> torch.FloatTensor:
+        """(rows, vocab) logits of the unconditional branch for the next token."""
+        feed, mask = self._next_inputs(input_ids)
+        if self._cache is None or not self.use_cache:
+            self._cache = self.model.new_cache(feed.shape[0])
+        start = self._cache.length()
+        positions = torch.arange(start, start + feed.shape[1], device=feed.device)
+        positions = positions.unsqueeze(0).expand(feed.shape[0], -1)  # (rows, new_len)
+        with torch.no_grad():
+            # logits for every fed position, last one taken: the reference's exact matmul
+            out = self.model.forward(
+                feed,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=self._cache,
+                logits_to_keep=0,
+            )
+        return out.logits[:, -1]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        logp = torch.nn.functional.log_softmax(scores, dim=-1)  # (rows, vocab)
+        if self.guidance_scale == 1:
+            return logp
+        uncond = torch.nn.functional.log_softmax(self.unconditional_logits(input_ids), dim=-1)
+        return self.guidance_scale * (logp - uncond) + uncond

@@ -1,0 +1,458 @@
+"""Beam search and beam sampling, vectorised, with the bookkeeping of transformers 4.56.2.
+
+One step for every input ``b`` of the batch and its ``num_beams`` running beams::
+
+    scores            (b*beams, vocab) log-softmax of the logits, then the processors
+    accumulated       (b, beams*vocab) scores + the running score of each beam
+    candidates        K = max(2, 1 + n_eos) * num_beams: the top-K (beam search) or K
+                      draws without replacement from softmax(accumulated) (beam sampling)
+    stopping          the stopping criteria (EOS, max length, stop strings) on every
+                      candidate sequence
+    running beams     the best num_beams candidates that did not stop
+    hypothesis pool   a stopped candidate among the first num_beams enters the pool of
+                      finished hypotheses with score / generated_length ** length_penalty,
+                      if it beats the worst one (num_beams are kept per input)
+    early stop        see :func:`early_stop_check`
+
+Everything is a tensor over (batch, beams) or (batch, K); there is no per-beam Python loop.
+With ``trace=True`` (or a ``beam.candidates`` hook) every candidate is reported with its
+fate, see :func:`candidate_payload`.
+
+Example::
+
+    >>> out = genlab.generate(model, ids, num_beams=4, max_new_tokens=8,   # doctest: +SKIP
+    ...                       return_dict_in_generate=True, output_scores=True)
+    >>> out.sequences_scores, out.beam_indices                            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from .base import Selection, Strategy
+
+#: a very negative score: "this beam must not continue / this slot is empty"
+NEG = -1.0e9
+#: what can happen to a candidate the search scored (the ``fate`` column of the beam tree)
+FATES = ("kept", "finished", "rejected", "pruned", "diversity", "constraint")
+KEPT, FINISHED, REJECTED, PRUNED, DIVERSITY, CONSTRAINT = range(len(FATES))
+#: where a candidate came from: the search's own top-K, a constraint's proposal, or the
+#: top-K the group would have had without the diversity penalty
+SOURCES = ("search", "constraint", "unpenalized")
+
+
+# ----------------------------------------------------------------------------------------
+# small shared helpers (also used by group and constrained beam search)
+# ----------------------------------------------------------------------------------------
+def eos_ids(config) -> list[int]:
+    """The config's EOS ids as a list (empty when none)."""
+    eos = config.eos_token_id
+    if eos is None:
+        return []
+    if isinstance(eos, torch.Tensor):
+        return [int(e) for e in eos.reshape(-1).tolist()]
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
+def candidates_per_input(config) -> int:
+    """K: how many candidates each input keeps per step, ``max(2, 1 + n_eos) * beams``."""
+    return max(2, 1 + len(eos_ids(config))) * int(config.num_beams)
+
+
+def fill_token(config) -> int:
+    """The id written after a hypothesis ends: pad, else the first EOS (-1 without EOS).
+
+    The reference's expression treats a pad id of 0 as missing, so 0 falls back to EOS.
+    """
+    eos = eos_ids(config)
+    if not eos:
+        return -1
+    return int(config.pad_token_id) if config.pad_token_id else eos[0]
+
+
+def is_listening(run) -> bool:
+    """True when a tracer or a ``beam.candidates`` hook wants the candidate payload."""
+    return run.tracer is not None or run.registry.has("beam.candidates")
+
+
+def publish(run, payload: dict[str, Any]) -> dict[str, Any]:
+    """Fire the ``beam.candidates`` hook (observe only) and return the payload."""
+    if run.registry.has("beam.candidates"):
+        run.registry.fire("beam.candidates", payload, run.step_index)
+    return payload
+
+
+def stop_flags(run, sequences: torch.LongTensor) -> torch.BoolTensor:
+    """The stopping criteria on ``sequences`` (rows, len) as a (rows,) bool tensor."""
+    hits = run.stopping_criteria(sequences, run.recorded_scores())
+    hits = torch.as_tensor(hits, dtype=torch.bool, device=sequences.device)
+    if hits.dim() == 0:
+        hits = hits.expand(sequences.shape[0])
+    return hits
+
+
+def candidate_payload(**columns) -> dict[str, torch.Tensor]:
+    """The candidates of one step as flat columns (one entry per candidate), on the CPU.
+
+    Columns: batch, rank, parent (beam within the input), parent_node, node, token,
+    token_logprob (the processed log-prob of the token), score (accumulated),
+    normalized (score / generated_length ** length_penalty), fate (index into FATES),
+    source (index into SOURCES), beam (new beam index or -1), slot (pool slot or -1).
+    """
+    return {name: torch.as_tensor(value).detach().reshape(-1).cpu().clone()
+            for name, value in columns.items()}
+
+
+def _gather_rows(x: torch.Tensor, index: torch.LongTensor) -> torch.Tensor:
+    """x (B, N, ...) gathered along dim 1 with index (B, M) -> (B, M, ...)."""
+    while index.dim() < x.dim():
+        index = index.unsqueeze(-1)
+    return torch.take_along_dim(x, index, dim=1)
+
+
+# ----------------------------------------------------------------------------------------
+# the early-stopping rule
+# ----------------------------------------------------------------------------------------
+def early_stop_check(
+    still_open: torch.BoolTensor,
+    best_running: torch.Tensor,
+    pool_scores: torch.Tensor,
+    pool_finished: torch.BoolTensor,
+    generated_length: int,
+    max_new: int,
+    early_stopping: bool | str,
+    length_penalty: float,
+) -> tuple[torch.BoolTensor, torch.Tensor, torch.Tensor]:
+    """Can an input's running beams still beat its finished hypotheses?
+
+    still_open: (B, 1) the previous answer (once False it stays False);
+    best_running: (B, 1) the best running beam's accumulated score;
+    pool_scores / pool_finished: (B, beams) the hypothesis pool;
+    generated_length: tokens generated so far; max_new: ``max_length - prompt_length``.
+
+    The best score a running beam can reach is taken at the current length, or, for
+    ``early_stopping="never"`` with a positive length penalty, at the maximum length.
+    It is compared with the worst finished hypothesis (-1e9 while a slot is empty).
+
+    Returns (still_open (B, 1), best_possible (B, 1), worst_finished (B, beams)).
+    """
+    if early_stopping == "never" and length_penalty > 0.0:
+        length = max_new
+    else:
+        length = generated_length
+    best_possible = best_running / (length**length_penalty)
+    worst = torch.where(pool_finished, pool_scores.min(dim=1, keepdim=True)[0], NEG)
+    still_open = still_open & (best_possible > worst).any(dim=-1, keepdim=True)
+    return still_open, best_possible, worst
+
+
+# ----------------------------------------------------------------------------------------
+# the strategy
+# ----------------------------------------------------------------------------------------
+class BeamSearch(Strategy):
+    """Beam search (``num_beams > 1``, ``do_sample=False``), exact to the reference.
+
+    State (B inputs, n = num_beams, t = generated tokens):
+
+    * running_scores (B, n) accumulated log-probs; running_indices (B, n, t) int32 global
+      row of the parent at every step; running_nodes (B, n) trace node ids;
+    * pool_sequences (B, n, prompt + t), pool_scores (B, n) length-normalised,
+      pool_indices (B, n, t), pool_finished (B, n), pool_nodes (B, n);
+    * still_open (B, 1) the early-stop heuristic; done.
+    """
+
+    mode = "beam_search"
+    reorders_rows = True
+    #: draw the candidates instead of taking the top-K (beam sampling)
+    sample: ClassVar[bool] = False
+    #: config fields that cannot change during a run (the row layout depends on them)
+    FIXED: ClassVar[tuple[str, ...]] = ("num_beams", "num_return_sequences")
+
+    # -- config: live changes are allowed except for the row layout ----------------------
+    @property
+    def config(self):
+        return self._config
+
+    @config.setter
+    def config(self, value) -> None:
+        old = getattr(self, "_config", None)
+        if old is not None:
+            for name in self.FIXED:
+                if getattr(old, name) != getattr(value, name):
+                    raise ValueError(
+                        f"{name} cannot change during a {self.mode} run (was "
+                        f"{getattr(old, name)!r}, got {getattr(value, name)!r}): set it back, "
+                        "or start a new run with the new value"
+                    )
+        self._config = value
+
+    @staticmethod
+    def rows_per_input(config) -> int:
+        return int(config.num_beams)
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        state.pop("_config", None)
+        return state
+
+    # -- set-up ----------------------------------------------------------------------------
+    def start(self, run) -> None:
+        B, n = run.batch_size, int(self.config.num_beams)
+        dev = run.device
+        self.num_beams = n
+        self.batch_size = B
+        self.prompt_length = run.prompt_length
+        self.running_scores = torch.zeros((B, n), dtype=torch.float, device=dev)
+        self.running_scores[:, 1:] = NEG  # only beam 0 may start: the beams are copies
+        self.running_indices = torch.empty((B, n, 0), dtype=torch.int32, device=dev)
+        self.running_nodes = torch.full((B, n), -1, dtype=torch.long, device=dev)
+        self.pool_sequences = run.sequences.view(B, n, -1).clone()
+        self.pool_scores = torch.full((B, n), NEG, dtype=torch.float, device=dev)
+        self.pool_indices = torch.empty((B, n, 0), dtype=torch.int32, device=dev)
+        self.pool_finished = torch.zeros((B, n), dtype=torch.bool, device=dev)
+        self.pool_nodes = torch.full((B, n), -1, dtype=torch.long, device=dev)
+        self.still_open = torch.ones((B, 1), dtype=torch.bool, device=dev)
+        self.done = False
+        self.next_node = 0
+        self.returned_nodes: torch.LongTensor | None = None
+
+    # -- one step ----------------------------------------------------------------------------
+    def process(self, run, logits: torch.Tensor) -> torch.Tensor:
+        """Log-softmax first, then the processors: they see log-probs in beam modes."""
+        return run.apply_processors(run.sequences, torch.log_softmax(logits, dim=-1))
+
+    def select(self, run, scores: torch.Tensor) -> Selection:
+        B, n = self.batch_size, self.num_beams
+        vocab = scores.shape[-1]
+        k = candidates_per_input(self.config)
+        # (B, n*vocab): every continuation of every beam, with its beam's running score
+        accumulated = (scores.view(B, n, vocab) + self.running_scores[:, :, None]).view(B, -1)
+        if self.sample:
+            flat = torch.multinomial(torch.softmax(accumulated, dim=-1), num_samples=k)
+            values = torch.gather(accumulated, 1, flat)
+        else:
+            values, flat = torch.topk(accumulated, k=k)
+        return self._advance(run, scores, values, flat // vocab, flat % vocab)
+
+    def force(self, run, scores: torch.Tensor, token_id: int) -> Selection:
+        """Every running beam continues with ``token_id`` (the beams are re-sorted by score).
+
+        The beams' scores add that token's log-prob; if the token stops them (an EOS id,
+        the last allowed position) they enter the hypothesis pool as any finished beam.
+        """
+        B, n = self.batch_size, self.num_beams
+        tokens = torch.full((B, n), int(token_id), dtype=torch.long, device=scores.device)
+        parents = torch.arange(n, device=scores.device).expand(B, n)
+        values = scores.view(B, n, -1)[:, :, int(token_id)] + self.running_scores
+        return self._advance(run, scores, values, parents, tokens)
+
+    def _advance(self, run, scores, values, parents, tokens) -> Selection:
+        """Apply one step given the candidates, best first within the first num_beams.
+
+        values (B, K) accumulated scores; parents (B, K) beam within the input;
+        tokens (B, K) next token ids.
+        """
+        B, n = self.batch_size, self.num_beams
+        cfg = self.config
+        k = values.shape[1]
+        dev = values.device
+        length = run.sequences.shape[1]
+        generated = length + 1 - self.prompt_length
+        penalty = cfg.length_penalty
+        offset = torch.arange(B, device=dev)[:, None] * n
+        rows = parents + offset  # (B, K) global running row of each candidate
+
+        # candidate sequences (B*K, length+1) and whether they stop here
+        cand_seqs = torch.cat([run.sequences[rows.reshape(-1)], tokens.reshape(-1, 1)], dim=1)
+        hits = stop_flags(run, cand_seqs).view(B, k)
+        # (B, K, t+1) parent rows at every step, this step's included
+        cand_indices = torch.cat(
+            [_gather_rows(self.running_indices, parents), rows[..., None].to(torch.int32)], dim=2
+        )
+        nodes = self.next_node + torch.arange(B * k, device=dev).view(B, k)
+        self.next_node += B * k
+        parent_nodes = self.running_nodes.gather(1, parents)
+
+        # next running beams: the best num_beams candidates that did not stop
+        running = values + hits.to(torch.float32) * NEG
+        keep = torch.topk(running, k=n)[1]  # (B, n)
+        new_scores = _gather_rows(running, keep)
+        new_parents = parents.gather(1, keep)
+        new_tokens = tokens.gather(1, keep)
+
+        # hypothesis pool: stopped candidates among the first num_beams may enter
+        top = torch.arange(k, device=dev) < n
+        just_finished = hits & top[None, :]
+        normalized = values / (generated**penalty)
+        entering = normalized.clone()
+        pool_full = torch.all(self.pool_finished, dim=-1, keepdim=True) & (
+            cfg.early_stopping is True
+        )
+        entering += pool_full.to(torch.float32) * NEG
+        entering += (~self.still_open).to(torch.float32) * NEG
+        entering += (~just_finished) * NEG
+        fill = fill_token(cfg)
+        pool_seqs = torch.cat(
+            [self.pool_sequences, self.pool_sequences.new_full((B, n, 1), fill)], dim=2
+        )
+        pool_idx = torch.cat(
+            [self.pool_indices, self.pool_indices.new_full((B, n, 1), -1)], dim=2
+        )
+        merged_scores = torch.cat((self.pool_scores, entering), dim=1)
+        best = torch.topk(merged_scores, k=n)[1]  # (B, n) of the pool and the candidates
+        self.pool_sequences = _gather_rows(torch.cat((pool_seqs, cand_seqs.view(B, k, -1)), 1),
+                                           best)
+        self.pool_scores = _gather_rows(merged_scores, best)
+        self.pool_indices = _gather_rows(torch.cat((pool_idx, cand_indices), dim=1), best)
+        self.pool_finished = _gather_rows(torch.cat((self.pool_finished, just_finished), 1), best)
+        self.pool_nodes = _gather_rows(torch.cat((self.pool_nodes, nodes), dim=1), best)
+
+        # the running state moves on
+        self.running_scores = new_scores
+        self.running_indices = _gather_rows(cand_indices, keep)
+        self.running_nodes = nodes.gather(1, keep)
+
+        # early stop: can the running beams still improve on the pool?
+        max_new = cfg.max_length - self.prompt_length
+        self.still_open, best_possible, worst = early_stop_check(
+            self.still_open, new_scores[:, :1], self.pool_scores, self.pool_finished,
+            generated, max_new, cfg.early_stopping, penalty,
+        )
+        improvable = torch.any(self.still_open)
+        open_slots = ~(torch.all(self.pool_finished) & (cfg.early_stopping is True))
+        can_continue = ~torch.all(hits)
+        self.done = not bool(improvable & open_slots & can_continue)
+
+        info = None
+        if is_listening(run):
+            info = publish(run, self._trace_info(
+                scores, rows, values, parents, tokens, normalized, hits, just_finished, keep,
+                best, nodes, parent_nodes, best_possible, worst, generated,
+            ))
+        return Selection(new_tokens.reshape(-1), (new_parents + offset).reshape(-1), info)
+
+    def is_done(self, run) -> bool:
+        return self.done
+
+    # -- trace -------------------------------------------------------------------------------
+    def _trace_info(self, scores, rows, values, parents, tokens, normalized, hits,
+                    just_finished, keep, best, nodes, parent_nodes, best_possible, worst,
+                    generated) -> dict[str, Any]:
+        B, n = self.batch_size, self.num_beams
+        k = values.shape[1]
+        dev = values.device
+        ks = torch.arange(k, device=dev)
+        # beam index each kept candidate got; pool slot each entering candidate got
+        beam = torch.full((B, k), -1, dtype=torch.long, device=dev)
+        beam.scatter_(1, keep, torch.arange(n, device=dev).expand(B, n))
+        kept = (beam >= 0) & ~hits
+        from_candidates = best >= n
+        slot = torch.full((B, k + 1), -1, dtype=torch.long, device=dev)
+        target = torch.where(from_candidates, best - n, torch.full_like(best, k))
+        slot.scatter_(1, target, torch.arange(n, device=dev).expand(B, n))
+        slot = slot[:, :k]
+        fate = torch.full((B, k), PRUNED, dtype=torch.long, device=dev)
+        fate[kept] = KEPT
+        fate[just_finished & (slot < 0)] = REJECTED
+        fate[slot >= 0] = FINISHED
+        beam[~kept] = -1
+        token_logprob = scores[rows.reshape(-1), tokens.reshape(-1)].view(B, k)
+        payload = {
+            "kind": self.mode,
+            "candidates": candidate_payload(
+                batch=torch.arange(B, device=dev)[:, None].expand(B, k), rank=ks.expand(B, k),
+                parent=parents, parent_node=parent_nodes, node=nodes, token=tokens,
+                token_logprob=token_logprob, score=values, normalized=normalized, fate=fate,
+                source=torch.zeros_like(fate), beam=beam, slot=slot,
+            ),
+            "pool": self._pool_view(),
+            "early_stop": {
+                "rule": self.config.early_stopping,
+                "length_penalty": float(self.config.length_penalty),
+                "generated_length": generated,
+                "best_running": self.running_scores[:, 0].detach().cpu().clone(),
+                "best_possible": best_possible[:, 0].detach().cpu().clone(),
+                "worst_finished": worst.min(dim=1)[0].detach().cpu().clone(),
+                "n_finished": self.pool_finished.sum(dim=1).cpu(),
+                "still_open": self.still_open[:, 0].cpu().clone(),
+                "done": self.done,
+            },
+        }
+        return payload
+
+    def _pool_view(self) -> dict[str, torch.Tensor]:
+        """The hypothesis pool as CPU tensors (B, n[, t])."""
+        return {
+            "score": self.pool_scores.detach().cpu().clone(),
+            "finished": self.pool_finished.cpu().clone(),
+            "length": (self.pool_indices >= 0).sum(dim=-1).cpu(),
+            "node": self.pool_nodes.cpu().clone(),
+            "tokens": self.pool_sequences[:, :, self.prompt_length:].cpu().clone(),
+        }
+
+    # -- the end -------------------------------------------------------------------------------
+    def _final_pool(self, run):
+        """The pool, with the running beams offered to it when the run stopped early
+        (interrupted or read before the end), so the tokens produced so far are kept."""
+        if self.done or self.running_indices.shape[2] == 0:
+            return self.pool_sequences, self.pool_scores, self.pool_indices, self.pool_nodes
+        B, n = self.batch_size, self.num_beams
+        generated = self.running_indices.shape[2]
+        offered = self.running_scores / (generated**self.config.length_penalty)
+        merged = torch.cat((self.pool_scores, offered), dim=1)
+        best = torch.topk(merged, k=n)[1]
+        seqs = torch.cat((self.pool_sequences, run.sequences.view(B, n, -1)), dim=1)
+        idx = torch.cat((self.pool_indices, self.running_indices), dim=1)
+        nodes = torch.cat((self.pool_nodes, self.running_nodes), dim=1)
+        return (_gather_rows(seqs, best), _gather_rows(merged, best), _gather_rows(idx, best),
+                _gather_rows(nodes, best))
+
+    def finalize(self, run) -> dict[str, Any]:
+        """The best ``num_return_sequences`` hypotheses of every input, as the reference
+        returns them: sequences cropped to the longest, scores, beam_indices (-1 after the
+        end, offset by input * num_beams)."""
+        r = int(self.config.num_return_sequences or 1)
+        seqs, scores, indices, nodes = self._final_pool(run)
+        seqs = seqs[:, :r].reshape(-1, seqs.shape[-1])
+        scores = scores[:, :r].reshape(-1)
+        indices = indices[:, :r].reshape(-1, indices.shape[-1])
+        self.returned_nodes = nodes[:, :r].reshape(-1).cpu()
+        generated = int((indices + 1).bool().sum(dim=1).max()) if indices.numel() else 0
+        cfg = run.gen_config
+        return {
+            "sequences": seqs[:, : self.prompt_length + generated],
+            "sequences_scores": scores if cfg.output_scores else None,
+            "beam_indices": indices[:, :generated],
+        }
+
+    # -- for streamers and widgets ---------------------------------------------------------
+    def beams(self, run, batch: int = 0) -> list[tuple[list[int], float, bool]]:
+        """The running beams and finished hypotheses of one input, best first:
+        ``[(generated_token_ids, normalised_score, finished), ...]``."""
+        n = self.num_beams
+        p = self.prompt_length
+        generated = max(run.sequences.shape[1] - p, 1)
+        penalty = self.config.length_penalty
+        out = []
+        rows = run.sequences.view(self.batch_size, n, -1)[batch]
+        for i in range(n):
+            score = float(self.running_scores[batch, i])
+            if score > NEG / 2:
+                out.append((rows[i, p:].tolist(), score / generated**penalty, False))
+        for i in range(n):
+            if bool(self.pool_finished[batch, i]):
+                length = int((self.pool_indices[batch, i] >= 0).sum())
+                toks = self.pool_sequences[batch, i, p : p + length].tolist()
+                out.append((toks, float(self.pool_scores[batch, i]), True))
+        out.sort(key=lambda x: -x[1])
+        return out
+
+
+class BeamSample(BeamSearch):
+    """Beam sampling (``num_beams > 1``, ``do_sample=True``): the K candidates are drawn
+    without replacement from softmax(accumulated scores); the rest is beam search."""
+
+    mode = "beam_sample"
+    sample = True

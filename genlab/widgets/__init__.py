@@ -1,0 +1,41 @@
+"""Jupyter widgets over the engine (the only genlab package that imports ipywidgets).
+
+* :class:`ConfigPanel` -- every GenerationConfig field as a control, from the field specs;
+* :class:`Playground` -- prompt, settings, seed; the result follows every change;
+* :class:`StepDebugger` -- Step / Run / Rewind / Fork, the waterfall of each step, forcing;
+* :class:`CompareView` -- one prompt and seed under several configs, side by side;
+* :class:`WatermarkExplorer` -- green/red tokens, running z-score, the green list;
+* :class:`BeamExplorer` -- the beam tree by step, the hypothesis pool, the early stop.
+
+>>> from genlab.widgets import Playground                       # doctest: +SKIP
+>>> Playground(genlab.load("demo"), "The capital of France is")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "ConfigPanel": "config_panel",
+    "PRESETS": "config_panel",
+    "Playground": "playground",
+    "StepDebugger": "debugger",
+    "CompareView": "compare",
+    "WatermarkExplorer": "explorers",
+    "BeamExplorer": "explorers",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"genlab.widgets.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'genlab.widgets' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
+
+
+__all__ = sorted(_LAZY)

@@ -1,0 +1,144 @@
+"""CompareView: one prompt and seed under two or more configs, side by side.
+
+Each column has its own settings (a ConfigPanel, folded) and shows its text with tokens
+coloured by probability; below, one plot draws the log-prob of every generated token for
+all columns, with the first position where their tokens differ marked (also outlined in
+each text).
+
+>>> view = CompareView(genlab.load("demo"), "Once upon a time",          # doctest: +SKIP
+...                    {"greedy": {}, "t=1.2": {"do_sample": True, "temperature": 1.2}})
+>>> view.divergence, view.texts()                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ipywidgets as widgets
+import pandas as pd
+
+from ..config import GenerationConfig
+from .config_panel import ConfigPanel
+from .live import LiveView, initial_config, start_run
+from .playground import result_html, token_table
+from .render import figure_png, frame_html, prob_legend, text_block
+from .worker import Job
+
+
+def _named_configs(configs) -> dict[str, dict | GenerationConfig]:
+    if isinstance(configs, Mapping):
+        named = dict(configs)
+    elif isinstance(configs, Sequence) and not isinstance(configs, str):
+        named = {f"config {i}": c for i, c in enumerate(configs)}
+    else:
+        raise ValueError(f"configs must be a dict label -> settings or a list of settings, "
+                         f"got {type(configs).__name__}")
+    if len(named) < 2:
+        raise ValueError(f"configs must hold at least 2 settings to compare, got {len(named)}")
+    return named
+
+
+class CompareView(LiveView):
+    """Side-by-side generations of one prompt and seed (see the module docstring).
+
+    configs: {label: dict of settings or GenerationConfig}, or a list (labelled
+    "config 0", ...). Each starts from the model's defaults with 20 new tokens.
+
+    For code and tests: ``results`` (label -> GenerationResult), ``tables`` (label ->
+    per-token DataFrame), ``divergence`` (first differing position or None), ``texts()``,
+    ``panels`` (label -> ConfigPanel), plus LiveView's ``update/wait/error/version``.
+    """
+
+    def __init__(
+        self,
+        lm,
+        prompt: str,
+        configs,
+        *,
+        chat: bool = False,
+        seed: int | None = 0,
+        auto_update: bool = True,
+        debounce: float = 0.3,
+        run: bool = True,
+    ) -> None:
+        self.lm = lm
+        self.results: dict[str, Any] = {}
+        self.tables: dict[str, Any] = {}
+        self.divergence: int | None = None
+        self._init_live(debounce, auto_update)
+        self.panels: dict[str, ConfigPanel] = {}
+        self.text_views: dict[str, widgets.HTML] = {}
+        columns = []
+        for label, cfg in _named_configs(configs).items():
+            base = cfg if isinstance(cfg, GenerationConfig) else None
+            kwargs = {} if base is not None else dict(cfg)
+            panel = ConfigPanel(initial_config(lm, base, **kwargs), tokenizer=lm.tokenizer,
+                                vocab_size=lm.info.vocab_size, open_group=None,
+                                title=label)
+            panel.on_change(lambda p, names: self.on_input())
+            view = widgets.HTML(text_block("<i>no result yet</i>"))
+            view.add_class("genlab-result")
+            settings = widgets.Accordion(children=[panel], titles=["settings"])
+            settings.selected_index = None
+            columns.append(widgets.VBox(
+                [widgets.HTML(f"<b>{html.escape(label)}</b>"), view, settings],
+                layout=widgets.Layout(flex="1 1 0", min_width="260px", margin="0 6px")))
+            self.panels[label], self.text_views[label] = panel, view
+        self.prompt_box = widgets.Textarea(value=prompt, rows=2, continuous_update=False,
+                                           layout=widgets.Layout(width="100%"))
+        self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
+        self.seed_box = widgets.IntText(value=0 if seed is None else seed, description="seed",
+                                        layout=widgets.Layout(width="150px"))
+        for box in (self.prompt_box, self.chat_box, self.seed_box):
+            box.observe(self.on_input, names="value")
+        self.plot_image = widgets.Image(format="png")
+        self.summary_view = widgets.HTML()
+        title = widgets.HTML(f"<b>genlab compare</b> &middot; {html.escape(str(lm.name))}")
+        super().__init__([
+            title, self.prompt_box, widgets.HBox([self.chat_box, self.seed_box]),
+            self.controls_row(), widgets.HTML(prob_legend()),
+            widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")),
+            self.summary_view, self.plot_image,
+        ])
+        self.add_class("genlab-compare")
+        if run:
+            self.update(sync=True)
+
+    def texts(self) -> dict[str, str]:
+        """The generated text of each column."""
+        return {label: res.text for label, res in self.results.items()}
+
+    def __repr__(self) -> str:
+        return f"CompareView(lm={self.lm.name!r}, configs={list(self.panels)})"
+
+    # -- LiveView ------------------------------------------------------------------------
+    def compute(self, job: Job) -> dict[str, Any]:
+        out = {}
+        for label, panel in self.panels.items():
+            run = start_run(self.lm, self.prompt_box.value, chat=self.chat_box.value,
+                            seed=self.seed_box.value, config=panel.config)
+            out[label] = self.lm.result(self.drive(run, job))
+        return out
+
+    def render(self, results: dict[str, Any]) -> None:
+        from ..plots.tokens import compare_logprobs, first_divergence
+
+        tables = {label: token_table(res) for label, res in results.items()}
+        diverge = first_divergence([t.token_id.tolist() for t in tables.values()])
+        prompt = None if self.chat_box.value else self.prompt_box.value
+        for label, table in tables.items():
+            marks = [diverge] if diverge is not None else []
+            self.text_views[label].value = result_html(table, prompt=prompt, marks=marks)
+        self.results, self.tables, self.divergence = results, tables, diverge
+        self.result = results
+        rows = [{"config": label, "tokens": len(t), "sum_logprob": float(t.logprob.sum()),
+                 "mean_logprob": float(t.logprob.mean()) if len(t) else float("nan"),
+                 "mode": str(results[label].run.mode)} for label, t in tables.items()]
+        where = ("the texts are identical" if diverge is None
+                 else f"first different token at position {diverge} (outlined)")
+        self.summary_view.value = f"<div>{where}</div>" + frame_html(pd.DataFrame(rows))
+        fig = compare_logprobs(list(results.values()), labels=list(results))
+        self.plot_image.value = figure_png(fig)
+        self.status.value = ""

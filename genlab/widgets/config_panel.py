@@ -1,0 +1,307 @@
+"""ConfigPanel: every GenerationConfig field as a control, generated from the field specs.
+
+The panel walks :data:`genlab.config.FIELDS` (never a list written here), puts each field
+into its group (length, strategy, cache, logits manipulation, ...) and gives it the editor
+its kind calls for (see :mod:`genlab.widgets.fields`). A change is validated on a copy of
+the config first: a valid value is written into the config *in place* (a Run holding that
+config sees it at its next step); an invalid one is shown in red next to its field and the
+config keeps its last valid value.
+
+>>> panel = ConfigPanel(GenerationConfig(max_new_tokens=8))           # doctest: +SKIP
+>>> panel.set("do_sample", True); panel.mode                          # doctest: +SKIP
+'sample'
+>>> panel.set("num_beam_groups", 3); panel.errors["num_beam_groups"]  # doctest: +SKIP
+'`num_beam_groups`=3 must divide `num_beams`=1; ...'
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+
+from ..config import FIELDS, GROUPS, GenerationConfig, WatermarkingConfig
+from .fields import FieldControl, make_control
+from .render import message
+
+#: Titles of the groups, as the reference's documentation names them.
+GROUP_TITLES = {
+    "length": "Output length",
+    "strategy": "Generation strategy",
+    "cache": "Cache",
+    "logits": "Logits manipulation",
+    "outputs": "Output variables",
+    "special_tokens": "Special tokens",
+    "encoder_decoder": "Encoder-decoder only",
+    "assisted": "Assisted generation",
+    "performance": "Performance and compilation",
+    "watermark": "Watermarking",
+}
+
+#: Presets: the settings a strategy needs on top of the defaults of the strategy, logits
+#: and watermark groups (other groups keep their current values).
+PRESETS: dict[str, dict[str, Any]] = {
+    "greedy": {},
+    "sampling": {"do_sample": True},
+    "nucleus": {"do_sample": True, "top_p": 0.9, "top_k": 0},
+    "beam": {"num_beams": 4},
+    "diverse beam": {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 1.0},
+    "contrastive": {"penalty_alpha": 0.6, "top_k": 4},
+    "watermarked": {"do_sample": True, "watermarking_config": WatermarkingConfig()},
+}
+PRESET_RESETS_GROUPS = ("strategy", "logits", "watermark")
+
+#: Held while warnings are caught (catch_warnings swaps module-wide state, so two threads
+#: must not do it at once); the Playground's worker takes it too.
+WARNINGS_LOCK = threading.RLock()
+
+
+def validate_quietly(config: GenerationConfig, vocab_size: int | None = None):
+    """Validate ``config``; return (mode, warning texts). Raises ValueError if invalid."""
+    with WARNINGS_LOCK, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config.validate()
+        if vocab_size is not None:
+            config.check_token_ids(vocab_size)
+        mode = config.get_generation_mode()
+    return getattr(mode, "value", str(mode)), [str(w.message) for w in caught]
+
+
+def group_fields(groups=GROUPS) -> dict[str, list[str]]:
+    """Field names by group, groups in the reference's order (unknown groups last)."""
+    out: dict[str, list[str]] = {g: [] for g in groups}
+    for name, spec in FIELDS.items():
+        out.setdefault(spec.group, []).append(name)
+    return {g: names for g, names in out.items() if names}
+
+
+class ConfigPanel(widgets.VBox):
+    """Controls for every field of a :class:`GenerationConfig`, grouped, validated live.
+
+    config: the config to edit in place (default: a new ``GenerationConfig()``);
+    tokenizer: lets token fields take quoted text and show decoded tokens;
+    vocab_size: token ids outside ``[0, vocab_size)`` are rejected;
+    open_group: the group shown expanded first.
+
+    Attributes for code and tests: ``config``, ``controls`` (name -> FieldControl),
+    ``errors`` (name -> message of the rejected value), ``notes`` (warnings of the last
+    valid change), ``mode`` (inferred generation mode).
+    """
+
+    def __init__(
+        self,
+        config: GenerationConfig | None = None,
+        *,
+        tokenizer=None,
+        vocab_size: int | None = None,
+        open_group: str | None = "length",
+        title: str = "Generation settings",
+    ) -> None:
+        self.config = config if config is not None else GenerationConfig()
+        self.initial = copy.deepcopy(self.config)
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.errors: dict[str, str] = {}
+        self.notes: list[str] = []
+        self._listeners: list[Callable[[ConfigPanel, list[str]], None]] = []
+        self._syncing = False
+        self.mode, _ = validate_quietly(self.config)
+
+        self.controls: dict[str, FieldControl] = {}
+        self.groups = group_fields()
+        pages = []
+        for group, names in self.groups.items():
+            boxes = []
+            for name in names:
+                control = make_control(FIELDS[name], getattr(self.config, name, None), tokenizer)
+                self.controls[name] = control
+                for w in control.watched():
+                    w.observe(self._changed_handler(name), names="value")
+                boxes.append(control.box)
+            pages.append(widgets.VBox(boxes))
+        titles = [GROUP_TITLES.get(g, g.replace("_", " ").capitalize()) for g in self.groups]
+        self.accordion = widgets.Accordion(children=pages, titles=titles)
+        if open_group in self.groups:
+            self.accordion.selected_index = list(self.groups).index(open_group)
+
+        self.mode_label = widgets.HTML()
+        self.preset = widgets.Dropdown(options=["(preset)", *PRESETS], value="(preset)",
+                                       layout=widgets.Layout(width="150px"))
+        self.preset.observe(self._on_preset, names="value")
+        self.reset_button = widgets.Button(description="Reset", tooltip="back to the start",
+                                           layout=widgets.Layout(width="80px"))
+        self.reset_button.on_click(lambda _: self.reset())
+        self.path = widgets.Text(value="generation_config.json",
+                                 layout=widgets.Layout(width="260px"),
+                                 tooltip="a generation_config.json file or a folder")
+        self.load_button = widgets.Button(description="Load", layout=widgets.Layout(width="70px"))
+        self.save_button = widgets.Button(description="Save", layout=widgets.Layout(width="70px"))
+        self.load_button.on_click(lambda _: self._file_action(self.load))
+        self.save_button.on_click(lambda _: self._file_action(self.save))
+        self.file_status = widgets.HTML()
+        self.notes_label = widgets.HTML()
+        header = widgets.HBox([widgets.HTML(f"<b>{html.escape(title)}</b>"), self.preset,
+                               self.reset_button, self.mode_label])
+        files = widgets.HBox([self.path, self.load_button, self.save_button, self.file_status])
+        super().__init__([header, self.accordion, self.notes_label, files])
+        self.add_class("genlab-config-panel")
+        self._show_mode()
+
+    # -- public --------------------------------------------------------------------------
+    def on_change(self, fn: Callable[[ConfigPanel, list[str]], None]) -> None:
+        """Call ``fn(panel, changed_field_names)`` after every valid change."""
+        self._listeners.append(fn)
+
+    def set(self, name: str, value: Any) -> bool:
+        """Set a field as a person would: shown in its control, validated, applied.
+        Returns True if the value was accepted."""
+        if name not in self.controls:
+            raise ValueError(f"unknown config field {name!r}; fields are listed in "
+                             "genlab.config.FIELDS")
+        self._sync(lambda: self.controls[name].show(value))
+        return self._apply({name: value})
+
+    def apply_preset(self, name: str) -> None:
+        """Apply one of :data:`PRESETS` (strategy/logits/watermark back to defaults first)."""
+        if name not in PRESETS:
+            raise ValueError(f"preset must be one of {list(PRESETS)}, got {name!r}")
+        new = GenerationConfig()
+        for field, spec in FIELDS.items():
+            if spec.group not in PRESET_RESETS_GROUPS:
+                setattr(new, field, copy.deepcopy(getattr(self.config, field, spec.default)))
+        with WARNINGS_LOCK, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            new.update(**copy.deepcopy(PRESETS[name]))
+        self.replace(new)
+
+    def reset(self) -> None:
+        """Back to the config the panel started from."""
+        self.replace(copy.deepcopy(self.initial))
+
+    def replace(self, new: GenerationConfig) -> None:
+        """Copy every field of ``new`` into the edited config (after validating it)."""
+        mode, notes = validate_quietly(new, self.vocab_size)
+        for key, value in vars(new).items():
+            setattr(self.config, key, copy.deepcopy(value))
+        self.errors.clear()
+        self.refresh()
+        self._accepted(list(FIELDS), notes)
+
+    def load(self, path: str | Path | None = None) -> None:
+        """Load a generation_config.json file (or a folder holding one)."""
+        path = Path(path if path is not None else self.path.value)
+        self.replace(GenerationConfig.from_pretrained(path))
+        self.file_status.value = message(f"loaded {path}", "ok")
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Save to ``path``: a .json file, or a folder (as generation_config.json)."""
+        path = Path(path if path is not None else self.path.value)
+        if path.suffix == ".json":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.config.validate(strict=True)
+            self.config.to_json_file(path)
+        else:
+            path = self.config.save_pretrained(path)
+        self.file_status.value = message(f"saved {path}", "ok")
+        return path
+
+    def bind(self, config: GenerationConfig) -> None:
+        """Edit another config object from now on (e.g. after a Run was rewound)."""
+        self.config = config
+        self.errors.clear()
+        self.refresh()
+        self.mode, _ = validate_quietly(config)
+        self._show_mode()
+
+    def refresh(self) -> None:
+        """Show the config's current values in every control."""
+        def show_all():
+            for name, control in self.controls.items():
+                control.show(getattr(self.config, name, None))
+                control.set_status()
+        self._sync(show_all)
+
+    def values(self) -> dict[str, Any]:
+        """What the controls read now, by field (a field that fails to parse is left out)."""
+        out = {}
+        for name, control in self.controls.items():
+            try:
+                out[name] = control.read()
+            except ValueError:
+                pass
+        return out
+
+    def __repr__(self) -> str:
+        return f"ConfigPanel(mode={self.mode!r}, {self.config!r})"
+
+    # -- internals -------------------------------------------------------------------------
+    def _sync(self, fn) -> None:
+        self._syncing = True
+        try:
+            fn()
+        finally:
+            self._syncing = False
+
+    def _changed_handler(self, name: str):
+        def handler(change) -> None:
+            if self._syncing:
+                return
+            control = self.controls[name]
+            try:
+                value = control.read()
+            except ValueError as err:
+                self._reject(name, str(err))
+                return
+            self._apply({name: value})
+        return handler
+
+    def _apply(self, changes: dict[str, Any]) -> bool:
+        trial = copy.deepcopy(self.config)
+        for key, value in changes.items():
+            setattr(trial, key, copy.deepcopy(value))
+        try:
+            _, notes = validate_quietly(trial, self.vocab_size)
+        except ValueError as err:
+            for key in changes:
+                self._reject(key, str(err))
+            return False
+        for key in changes:
+            setattr(self.config, key, getattr(trial, key))
+            self.errors.pop(key, None)
+            control = self.controls[key]
+            control.set_status(control.hint(getattr(trial, key)))
+        self._accepted(list(changes), notes)
+        return True
+
+    def _reject(self, name: str, text: str) -> None:
+        self.errors[name] = text
+        self.controls[name].set_status(text, "error")
+
+    def _accepted(self, names: list[str], notes: list[str]) -> None:
+        self.notes = notes
+        self.notes_label.value = "".join(message(n, "warn") for n in notes)
+        self.mode, _ = validate_quietly(self.config)
+        self._show_mode()
+        for fn in list(self._listeners):
+            fn(self, names)
+
+    def _show_mode(self) -> None:
+        self.mode_label.value = (f'<span class="genlab-mode" style="margin-left:8px">mode: '
+                                 f"<b>{html.escape(self.mode)}</b></span>")
+
+    def _on_preset(self, change) -> None:
+        if change["new"] in PRESETS:
+            self.apply_preset(change["new"])
+            self._sync(lambda: setattr(self.preset, "value", "(preset)"))
+
+    def _file_action(self, fn) -> None:
+        try:
+            fn()
+        except (OSError, ValueError) as err:
+            self.file_status.value = message(f"{type(err).__name__}: {err}", "error")

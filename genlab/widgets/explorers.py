@@ -1,0 +1,230 @@
+"""Explorers for two mechanisms: the green-list watermark and beam search.
+
+:class:`WatermarkExplorer` generates with a green-list watermark and shows the text with
+green and red tokens, the running z-score (beside the same prompt and seed without the
+watermark), and, at a chosen position, the green list: the most likely tokens before and
+after the bias. :class:`BeamExplorer` shows the beam tree step by step, the pool of
+finished hypotheses and the numbers behind the early stop.
+
+>>> wm = WatermarkExplorer(genlab.load("demo"), "Write a short poem")    # doctest: +SKIP
+>>> wm.detection                                                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as widgets
+import pandas as pd
+import torch
+
+from ..config import GenerationConfig, SynthIDTextWatermarkingConfig, WatermarkingConfig
+from ..trace import Tracer
+from .config_panel import ConfigPanel
+from .live import LiveView, initial_config, start_run
+from .render import figure_png, frame_html, message
+from .worker import Job
+
+WATERMARK_PROCESSOR = "WatermarkLogitsProcessor"
+
+
+class ScoresBeforeWatermark(Tracer):
+    """A Tracer that also keeps, per step, the full scores the watermark processor
+    received (row 0, shape (vocab,)): what :func:`genlab.watermark.greenlist_table`
+    needs to show the bias before and after."""
+
+    def __init__(self, run, top_k: int = 10, stages: bool = True) -> None:
+        super().__init__(run, top_k=top_k, stages=stages)
+        self.before: dict[int, torch.Tensor] = {}
+        self._last: torch.Tensor | None = None
+
+    def on_logits(self, step: int, logits: torch.Tensor) -> None:
+        super().on_logits(step, logits)
+        self._last = logits
+
+    def on_stage(self, step: int, name: str, scores: torch.Tensor) -> None:
+        if name == WATERMARK_PROCESSOR and self._last is not None:
+            self.before[step] = self._last[0].detach().float().cpu().clone()
+        super().on_stage(step, name, scores)
+        self._last = scores
+
+
+def generated_colours(sequence, prompt_length: int, config, tokenizer, vocab_size: int):
+    """Green/red table (see :func:`genlab.watermark.token_colours`) of the generated tokens
+    only: the prompt supplies the context of the first ones but is not scored.
+
+    sequence: (len,) prompt + generated ids. Returns one row per generated token with
+    ``position`` counted from the first generated token.
+    """
+    from ..watermark import scoring_window, token_colours
+
+    context = scoring_window(config) - 1
+    start = max(0, prompt_length - context)
+    table = token_colours(sequence[start:], config, tokenizer, vocab_size=vocab_size)
+    table = table[table.position >= prompt_length - start].copy()
+    table["position"] = table.position - (prompt_length - start)
+    return table.reset_index(drop=True)
+
+
+class WatermarkExplorer(LiveView):
+    """The green-list watermark of one generation (see the module docstring).
+
+    watermarking_config: a :class:`WatermarkingConfig` (default: the reference's
+    defaults) or a dict of its fields; other settings as config kwargs (sampling on,
+    20 new tokens, unless given). Edit everything in the Settings tab.
+
+    For code and tests: ``result`` / ``baseline`` (GenerationResults with and without the
+    watermark), ``colours`` (per generated token: green, running z), ``detection``
+    (detector numbers for both), ``greenlist`` (the table at ``position``),
+    ``update/wait/error/version``.
+    """
+
+    def __init__(
+        self,
+        lm,
+        prompt: str = "Write a short story about a robot.",
+        watermarking_config: WatermarkingConfig | dict | None = None,
+        *,
+        chat: bool = False,
+        seed: int | None = 0,
+        auto_update: bool = True,
+        debounce: float = 0.3,
+        run: bool = True,
+        **config_kwargs: Any,
+    ) -> None:
+        self.lm = lm
+        self.baseline = None
+        self.colours: pd.DataFrame | None = None
+        self.detection: pd.DataFrame | None = None
+        self.greenlist: pd.DataFrame | None = None
+        self._init_live(debounce, auto_update)
+        config_kwargs.setdefault("do_sample", True)
+        config_kwargs["watermarking_config"] = watermarking_config or WatermarkingConfig()
+        cfg = initial_config(lm, **config_kwargs)
+        self.panel = ConfigPanel(cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size,
+                                 open_group="watermark")
+        self.panel.on_change(lambda p, names: self.on_input())
+        self.prompt_box = widgets.Textarea(value=prompt, rows=2, continuous_update=False,
+                                           layout=widgets.Layout(width="100%"))
+        self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
+        self.seed_box = widgets.IntText(value=0 if seed is None else seed, description="seed",
+                                        layout=widgets.Layout(width="150px"))
+        for box in (self.prompt_box, self.chat_box, self.seed_box):
+            box.observe(self.on_input, names="value")
+        self.text_view = widgets.HTML()
+        self.text_view.add_class("genlab-result")
+        self.detection_view = widgets.HTML()
+        self.z_image = widgets.Image(format="png")
+        self.position = widgets.IntSlider(value=0, min=0, max=0, description="position",
+                                          continuous_update=False)
+        self.position.observe(lambda _: self._guarded_greenlist(), names="value")
+        self.greenlist_image = widgets.Image(format="png")
+        self.greenlist_view = widgets.HTML()
+        tabs = widgets.Tab(children=[
+            widgets.VBox([self.text_view, self.detection_view]),
+            self.z_image,
+            widgets.VBox([self.position, self.greenlist_image, self.greenlist_view]),
+            self.panel,
+        ], titles=["Green / red", "Running z", "Green list", "Settings"])
+        title = widgets.HTML(f"<b>genlab watermark explorer</b> &middot; "
+                             f"{html.escape(str(lm.name))}")
+        super().__init__([title, self.prompt_box, widgets.HBox([self.chat_box, self.seed_box]),
+                          self.controls_row(), tabs])
+        self.add_class("genlab-watermark-explorer")
+        if run:
+            self.update(sync=True)
+
+    @property
+    def config(self) -> GenerationConfig:
+        return self.panel.config
+
+    def __repr__(self) -> str:
+        return f"WatermarkExplorer(lm={self.lm.name!r})"
+
+    # -- LiveView ------------------------------------------------------------------------
+    def compute(self, job: Job):
+        wm = self.panel.config.watermarking_config
+        if not isinstance(wm, WatermarkingConfig):
+            kind = "SynthID" if isinstance(wm, SynthIDTextWatermarkingConfig) else "no"
+            raise ValueError(f"watermarking_config is {kind} watermark: the explorer shows the "
+                             "green-list watermark; choose 'green list' in Settings > "
+                             "Watermarking")
+        inputs = dict(chat=self.chat_box.value, seed=self.seed_box.value)
+        run = start_run(self.lm, self.prompt_box.value, config=self.panel.config,
+                        tracer_class=ScoresBeforeWatermark, **inputs)
+        result = self.lm.result(self.drive(run, job))
+        plain = self.panel.config.copy()
+        plain.watermarking_config = None
+        base_run = start_run(self.lm, self.prompt_box.value, config=plain, **inputs)
+        baseline = self.lm.result(self.drive(base_run, job))
+        return result, baseline
+
+    def render(self, data) -> None:
+        from ..plots.watermark import running_z
+        from ..watermark import WatermarkDetector, watermark_html
+
+        result, baseline = data
+        wm = result.run.config.watermarking_config
+        info, tok = self.lm.info, self.lm.tokenizer
+        n = result.prompt_length
+        colours = generated_colours(result.sequences[0], n, wm, tok, info.vocab_size)
+        base_colours = generated_colours(baseline.sequences[0], n, wm, tok, info.vocab_size)
+        detector = WatermarkDetector(info, "cpu", wm)
+        frames = []
+        for label, res in (("watermarked", result), ("not watermarked", baseline)):
+            found = detector(res.sequences[:1], return_dict=True).to_frame()
+            found.insert(0, "text", label)
+            frames.append(found)
+        self.result, self.baseline, self.colours = result, baseline, colours
+        self.detection = pd.concat(frames, ignore_index=True)
+        self.text_view.value = (
+            "<b>watermarked</b>" + watermark_html(colours).html
+            + "<b>same prompt and seed, no watermark</b>" + watermark_html(base_colours).html)
+        self.detection_view.value = (
+            "<b>detector</b> (whole sequence, prompt included, as the reference scores it)"
+            + frame_html(self.detection))
+        fig = running_z(colours, title="running z-score: watermarked (generated tokens)")
+        self.z_image.value = figure_png(fig)
+        self.position.max = max(0, len(colours) - 1)
+        self.position.value = min(self.position.value, self.position.max)
+        self.show_greenlist()
+        z = self.detection.z_score
+        self.status.value = message(f"z = {z[0]:.2f} with the watermark, {z[1]:.2f} without",
+                                    "ok")
+
+    # -- the green list at one position ---------------------------------------------------
+    def show_greenlist(self, position: int | None = None, top: int = 20) -> pd.DataFrame:
+        """The green list at generated position ``position`` (default: the slider's):
+        the ``top`` most likely tokens with their probability before and after the bias."""
+        from ..plots.watermark import greenlist_bars
+        from ..watermark import greenlist_table
+
+        if position is not None:
+            self.position.value = position
+        pos = self.position.value
+        run = self.result.run
+        before = run.tracer.before.get(pos)
+        if before is None:
+            raise ValueError(f"position must be a generated position 0..{len(run.tracer.before)-1}"
+                             f", got {pos}")
+        n = self.result.prompt_length
+        context = self.result.sequences[0, : n + pos]
+        table = greenlist_table(context, before, run.config.watermarking_config, top=top)
+        table["token"] = [self.lm.tokenizer.decode([int(i)]) for i in table.id]
+        chosen = int(self.result.sequences[0, n + pos])
+        table["chosen"] = table.id == chosen
+        self.greenlist = table
+        self.greenlist_image.value = figure_png(greenlist_bars(
+            table, title=f"position {pos}: next-token probabilities before | after the bias"))
+        self.greenlist_view.value = frame_html(table[["token", "id", "green", "chosen",
+                                                      "prob_before", "prob_after"]])
+        return table
+
+    def _guarded_greenlist(self) -> None:
+        if self.result is None:
+            return
+        try:
+            self.show_greenlist()
+        except Exception as err:  # shown in the widget
+            self._fail(err)

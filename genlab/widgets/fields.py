@@ -1,0 +1,513 @@
+"""One editor per config field, chosen from the field's metadata (a :class:`FieldSpec`).
+
+:func:`make_control` turns a spec into a :class:`FieldControl`: a slider for a bounded
+number, a text box for an unbounded one, a checkbox for a flag, a dropdown for a choice,
+token-list and mapping editors for token-id fields, a JSON box for structured values, and
+a small sub-panel for the watermark settings. Every control has the same three methods:
+``read()`` (the Python value, or ValueError), ``show(value)`` and ``set_status(text)``.
+
+Token editors accept ids and quoted text, which the tokenizer turns into ids::
+
+    >>> parse_token_ids("5, 6 7")
+    [5, 6, 7]
+    >>> parse_sequence_bias("5 6: -2.5")
+    {(5, 6): -2.5}
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import math
+import re
+from typing import Any
+
+import ipywidgets as widgets
+
+from ..config import (
+    FIELDS,
+    SYNTHID_FIELDS,
+    WATERMARK_FIELDS,
+    FieldSpec,
+    SynthIDTextWatermarkingConfig,
+    WatermarkingConfig,
+)
+from .render import message
+
+#: Upper ends for sliders of numbers that have only a lower bound (a UI hint, not a
+#: validation rule: larger values can still be set from code). A field missing here
+#: gets a text box instead of a slider.
+SOFT_MAX: dict[str, float] = {
+    "max_length": 512,
+    "max_new_tokens": 256,
+    "min_length": 256,
+    "min_new_tokens": 256,
+    "max_time": 60.0,
+    "num_beams": 16,
+    "num_beam_groups": 8,
+    "temperature": 3.0,
+    "top_k": 200,
+    "diversity_penalty": 5.0,
+    "repetition_penalty": 3.0,
+    "encoder_repetition_penalty": 3.0,
+    "no_repeat_ngram_size": 10,
+    "encoder_no_repeat_ngram_size": 10,
+    "num_return_sequences": 16,
+    "num_assistant_tokens": 64,
+    "assistant_lookbehind": 64,
+    "target_lookbehind": 64,
+    "penalty_alpha": 2.0,
+    "context_width": 8,
+}
+
+#: values shown for SynthID fields that have no default (the reference's docs example)
+SYNTHID_EXAMPLE = {"ngram_len": 5, "keys": [654, 400, 836, 123, 340, 443, 597, 160, 57, 29]}
+
+LABEL_WIDTH = "190px"
+INPUT_WIDTH = "300px"
+
+_ITEM_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,\s]+")
+
+
+# ----------------------------------------------------------------------------------------
+# parsing and formatting of token-id text
+# ----------------------------------------------------------------------------------------
+def parse_token_ids(text: str, tokenizer=None, field: str = "token ids") -> list[int]:
+    """Ids from text such as ``"5, 6 7"`` or ``"12, ' Paris'"`` (quoted text is encoded).
+
+    Returns a list of ints; raises ValueError naming ``field`` for anything else.
+    """
+    ids: list[int] = []
+    for item in _ITEM_RE.findall(text):
+        if item[0] in "'\"":
+            ids.extend(_encode_text(ast.literal_eval(item), tokenizer, field))
+            continue
+        try:
+            ids.append(int(item))
+        except ValueError:
+            raise ValueError(
+                f"`{field}`: {item!r} is neither a token id (int) nor quoted text such as "
+                f"'{item}'"
+            ) from None
+    return ids
+
+
+def _encode_text(text: str, tokenizer, field: str) -> list[int]:
+    if tokenizer is None:
+        raise ValueError(f"`{field}`: quoted text needs a tokenizer; enter token ids instead")
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    if not ids:
+        raise ValueError(f"`{field}`: {text!r} encodes to no tokens")
+    return ids
+
+
+def format_token_ids(ids) -> str:
+    """``[5, 6]`` -> ``"5, 6"``."""
+    return ", ".join(str(int(i)) for i in ids)
+
+
+def parse_token_id_lists(text: str, tokenizer=None, field: str = "token ids") -> list[list[int]]:
+    """One token sequence per non-empty line: ``"5 6\\n'bad word'"`` -> ``[[5, 6], [...]]``."""
+    return [parse_token_ids(line, tokenizer, field) for line in text.splitlines() if line.strip()]
+
+
+def parse_sequence_bias(text: str, tokenizer=None, field: str = "sequence_bias") -> dict:
+    """One ``ids: bias`` pair per line: ``"5 6: -2.5"`` -> ``{(5, 6): -2.5}``."""
+    out: dict[tuple[int, ...], float] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if ":" not in line:
+            raise ValueError(f"`{field}`: line {line!r} must read 'token ids: bias', e.g. '5 6: -2'")
+        keys, bias = line.rsplit(":", 1)
+        try:
+            value = float(bias)
+        except ValueError:
+            raise ValueError(f"`{field}`: bias {bias.strip()!r} is not a number") from None
+        ids = parse_token_ids(keys, tokenizer, field)
+        if not ids:
+            raise ValueError(f"`{field}`: line {line!r} names no token")
+        out[tuple(ids)] = value
+    return out
+
+
+def format_sequence_bias(mapping) -> str:
+    from ..config import normalize_sequence_bias
+
+    return "\n".join(f"{format_token_ids(k)}: {v:g}" for k, v in normalize_sequence_bias(
+        mapping).items())
+
+
+def _escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def _unescape(s: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), s)
+
+
+def _json_text(value) -> tuple[str, bool]:
+    """(text, editable) for a structured value."""
+    if value is None:
+        return "", True
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = value.to_dict() if hasattr(value, "to_dict") else dataclasses.asdict(value)
+    try:
+        return json.dumps(value), True
+    except TypeError:
+        return repr(value), False
+
+
+def _parse_json(text: str, field: str):
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        if re.fullmatch(r"[A-Za-z_]\w*", text):  # a bare word such as low
+            return text
+        raise ValueError(f"`{field}`: {text!r} is not valid JSON ({err.msg})") from None
+
+
+# ----------------------------------------------------------------------------------------
+# controls
+# ----------------------------------------------------------------------------------------
+class FieldControl:
+    """The editor of one field: ``input`` (the widget people change), a status line and a
+    row ``box`` holding both. Subclasses implement ``_build``, ``read`` and ``show``."""
+
+    def __init__(self, spec: FieldSpec, value: Any, tokenizer=None) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.tokenizer = tokenizer
+        self.status = widgets.HTML(layout=widgets.Layout(margin="0 0 0 6px"))
+        self.label = widgets.Label(spec.name, tooltip=self._tooltip(),
+                                   layout=widgets.Layout(width=LABEL_WIDTH))
+        self._build(value)
+        self.box = self._layout_box()
+        self.box.add_class("genlab-field")
+        self.box.add_class(f"genlab-field-{spec.name}")
+
+    def _tooltip(self) -> str:
+        rng = self.spec.describe()
+        return f"{self.spec.help} ({rng}; default {self.spec.default!r})"
+
+    # -- to implement ------------------------------------------------------------------
+    def _build(self, value: Any) -> None:
+        raise NotImplementedError
+
+    def parts(self) -> list[widgets.Widget]:
+        """Widgets shown between the label and the status line."""
+        return [self.input]
+
+    def _layout_box(self) -> widgets.Box:
+        return widgets.HBox([self.label, *self.parts(), self.status])
+
+    def watched(self) -> list[widgets.Widget]:
+        """Widgets whose ``value`` changes mean the user edited the field."""
+        return [self.input]
+
+    def read(self) -> Any:
+        raise NotImplementedError
+
+    def show(self, value: Any) -> None:
+        raise NotImplementedError
+
+    # -- shared ------------------------------------------------------------------------
+    def set_status(self, text: str = "", kind: str = "info") -> None:
+        self.status.value = message(text, kind) if text else ""
+
+    def hint(self, value: Any) -> str:
+        """Extra information shown after a valid value (e.g. the decoded tokens)."""
+        return ""
+
+
+def _decimals(step: float) -> int:
+    return max(0, -math.floor(math.log10(step))) if step < 1 else 0
+
+
+class NumberControl(FieldControl):
+    """A slider when both ends are known (spec range or :data:`SOFT_MAX`), else a text box;
+    a leading checkbox for fields that may be None (unchecked = None)."""
+
+    def _build(self, value) -> None:
+        spec = self.spec
+        self.is_int = spec.kind == "int"
+        self.step = spec.step or (1 if self.is_int else 0.01)
+        bounds = self.slider_bounds(value)
+        start = value if value is not None else self._start_value(bounds)
+        layout = widgets.Layout(width=INPUT_WIDTH)
+        if bounds is not None:
+            lo, hi = bounds
+            if self.is_int:
+                self.input = widgets.IntSlider(value=int(start), min=int(lo), max=int(hi),
+                                               step=int(self.step), continuous_update=False,
+                                               layout=layout)
+            else:
+                self.input = widgets.FloatSlider(
+                    value=float(start), min=lo, max=hi, step=self.step, continuous_update=False,
+                    readout_format=f".{_decimals(self.step)}f", layout=layout)
+        else:
+            cls = widgets.IntText if self.is_int else widgets.FloatText
+            self.input = cls(value=start, layout=layout)
+        self.enabled = None
+        if spec.nullable:
+            self.enabled = widgets.Checkbox(value=value is not None, indent=False,
+                                            tooltip="unchecked: None",
+                                            layout=widgets.Layout(width="24px"))
+            self.input.disabled = value is None
+
+    def slider_bounds(self, value) -> tuple[float, float] | None:
+        spec = self.spec
+        if spec.token_ids:
+            return None
+        hi = spec.max if spec.max is not None else SOFT_MAX.get(spec.name)
+        if spec.min is None or hi is None:
+            return None
+        lo = spec.min + (self.step if spec.min_exclusive else 0)
+        hi = hi - (self.step if spec.max_exclusive else 0)
+        if value is not None:
+            hi = max(hi, value)
+            lo = min(lo, value)
+        return lo, hi
+
+    def _start_value(self, bounds):
+        default = self.spec.default
+        if default is not None:
+            return default
+        if bounds is not None:
+            return bounds[0]
+        return 0 if self.is_int else 0.0
+
+    def parts(self):
+        return [self.enabled, self.input] if self.enabled is not None else [self.input]
+
+    def watched(self):
+        return self.parts()
+
+    def read(self):
+        if self.enabled is not None and not self.enabled.value:
+            return None
+        value = self.input.value
+        if self.is_int:
+            return int(value)
+        return round(float(value), _decimals(self.step) + 2)
+
+    def show(self, value) -> None:
+        if self.enabled is not None:
+            self.enabled.value = value is not None
+            self.input.disabled = value is None
+        if value is None:
+            return
+        if isinstance(self.input, (widgets.IntSlider, widgets.FloatSlider)):
+            if value > self.input.max:
+                self.input.max = value
+            if value < self.input.min:
+                self.input.min = value
+        self.input.value = int(value) if self.is_int else float(value)
+
+
+class BoolControl(FieldControl):
+    """A checkbox; a False/True/None dropdown when None is allowed."""
+
+    def _build(self, value) -> None:
+        if self.spec.nullable:
+            self.input = widgets.Dropdown(options=[("None", None), ("False", False),
+                                                   ("True", True)], value=value,
+                                          layout=widgets.Layout(width="100px"))
+        else:
+            self.input = widgets.Checkbox(value=bool(value), indent=False,
+                                          layout=widgets.Layout(width="40px"))
+
+    def read(self):
+        return self.input.value
+
+    def show(self, value) -> None:
+        self.input.value = value if self.spec.nullable else bool(value)
+
+
+class ChoiceControl(FieldControl):
+    """A dropdown of the spec's choices (plus None when allowed)."""
+
+    def _build(self, value) -> None:
+        options = [(str(c), c) for c in self.spec.choices or ()]
+        if self.spec.nullable:
+            options.insert(0, ("None", None))
+        self._values = [v for _, v in options]
+        self.input = widgets.Dropdown(options=options, value=self._match(value),
+                                      layout=widgets.Layout(width="180px"))
+
+    def _match(self, value):
+        # Dropdown compares with ==, and True == 1: pick the option of the same type
+        for option in self._values:
+            if option is value or (type(option) is type(value) and option == value):
+                return option
+        return self._values[0]
+
+    def read(self):
+        return self.input.value
+
+    def show(self, value) -> None:
+        self.input.value = self._match(value)
+
+
+class TextControl(FieldControl):
+    """A text box (or text area) with a parser and a formatter for one kind of value."""
+
+    MULTILINE = ("token_id_lists", "mapping", "str_list")
+    PLACEHOLDERS = {
+        "str": "text",
+        "str_list": "one string per line (\\n for a newline)",
+        "token_ids": "ids or quoted text: 5, 17, ' Paris'",
+        "token_id_lists": "one sequence per line: 5 17  or  ' bad word'",
+        "token_id_or_ids": "an id, or ids separated by commas",
+        "mapping": "one per line: ids: bias   e.g.  ' Paris': -5",
+        "json": "JSON",
+    }
+
+    def _build(self, value) -> None:
+        kind = self.spec.kind
+        cls = widgets.Textarea if kind in self.MULTILINE else widgets.Text
+        rows = {"rows": 2} if cls is widgets.Textarea else {}
+        self.input = cls(placeholder=self.PLACEHOLDERS.get(kind, ""), continuous_update=False,
+                         layout=widgets.Layout(width=INPUT_WIDTH), **rows)
+        self.show(value)
+
+    def read(self):
+        text = self.input.value
+        kind, name, tok = self.spec.kind, self.spec.name, self.tokenizer
+        if not text.strip():
+            return None if self.spec.nullable else ([] if kind == "token_ids" else "")
+        if kind == "str":
+            return text
+        if kind == "str_list":
+            items = [_unescape(line) for line in text.splitlines() if line]
+            return items[0] if len(items) == 1 else items
+        if kind == "token_ids":
+            return parse_token_ids(text, tok, name)
+        if kind == "token_id_lists":
+            return parse_token_id_lists(text, tok, name)
+        if kind == "token_id_or_ids":
+            ids = parse_token_ids(text, tok, name)
+            return ids[0] if len(ids) == 1 else ids
+        if kind == "mapping":
+            return parse_sequence_bias(text, tok, name)
+        return _parse_json(text, name)
+
+    def show(self, value) -> None:
+        kind = self.spec.kind
+        editable = True
+        if value is None:
+            text = ""
+        elif kind == "str":
+            text = value
+        elif kind == "str_list":
+            text = "\n".join(_escape(s) for s in ([value] if isinstance(value, str) else value))
+        elif kind == "token_ids":
+            text = format_token_ids(_as_list(value))
+        elif kind == "token_id_lists":
+            text = "\n".join(format_token_ids(seq) for seq in _as_list(value))
+        elif kind == "token_id_or_ids":
+            text = format_token_ids(_as_list(value) if not isinstance(value, int) else [value])
+        elif kind == "mapping":
+            text = format_sequence_bias(value)
+        else:
+            text, editable = _json_text(value)
+        self.input.value = text
+        self.input.disabled = not editable
+
+    def hint(self, value) -> str:
+        if value is None or self.tokenizer is None or not self.spec.token_ids:
+            return ""
+        if self.spec.kind not in ("token_ids", "token_id_lists", "token_id_or_ids", "mapping"):
+            return ""
+        if self.spec.kind == "mapping":
+            seqs = [list(k) for k in value]
+        elif self.spec.kind == "token_id_lists":
+            seqs = value
+        else:
+            seqs = [value] if isinstance(value, list) else [[value]]
+        try:
+            return "= " + ", ".join(repr(self.tokenizer.decode(list(s))) for s in seqs)
+        except Exception:  # an id outside the vocabulary: validation reports it
+            return ""
+
+
+def _as_list(value) -> list:
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+class WatermarkControl(FieldControl):
+    """Off / green list / SynthID, with the chosen scheme's own fields (from its specs)."""
+
+    SCHEMES = (("off", None), ("green list (Kirchenbauer)", "greenlist"),
+               ("SynthID text", "synthid"))
+
+    def _build(self, value) -> None:
+        self.input = widgets.Dropdown(options=self.SCHEMES, value=self._scheme(value),
+                                      layout=widgets.Layout(width="220px"))
+        wm = value.to_dict() if isinstance(value, WatermarkingConfig) else {}
+        sid = value.to_dict() if isinstance(value, SynthIDTextWatermarkingConfig) else {}
+        self.sub = {
+            "greenlist": {n: make_control(s, wm.get(n, s.default), self.tokenizer)
+                          for n, s in WATERMARK_FIELDS.items()},
+            "synthid": {n: make_control(s, sid.get(n, SYNTHID_EXAMPLE.get(n, s.default)),
+                                        self.tokenizer)
+                        for n, s in SYNTHID_FIELDS.items()},
+        }
+        self.sub_boxes = {k: widgets.VBox([c.box for c in v.values()],
+                                          layout=widgets.Layout(margin="0 0 0 24px"))
+                          for k, v in self.sub.items()}
+        self._show_scheme(self.input.value)
+
+    def _scheme(self, value):
+        if isinstance(value, SynthIDTextWatermarkingConfig):
+            return "synthid"
+        return "greenlist" if isinstance(value, WatermarkingConfig) else None
+
+    def _show_scheme(self, scheme) -> None:
+        for key, box in self.sub_boxes.items():
+            box.layout.display = None if key == scheme else "none"
+
+    def _layout_box(self) -> widgets.Box:
+        row = widgets.HBox([self.label, self.input, self.status])
+        return widgets.VBox([row, *self.sub_boxes.values()])
+
+    def watched(self):
+        out = [self.input]
+        for controls in self.sub.values():
+            for c in controls.values():
+                out.extend(c.watched())
+        return out
+
+    def read(self):
+        scheme = self.input.value
+        self._show_scheme(scheme)
+        if scheme is None:
+            return None
+        cls = WatermarkingConfig if scheme == "greenlist" else SynthIDTextWatermarkingConfig
+        return cls(**{n: c.read() for n, c in self.sub[scheme].items()})
+
+    def show(self, value) -> None:
+        scheme = self._scheme(value)
+        self.input.value = scheme
+        self._show_scheme(scheme)
+        if scheme is not None:
+            for n, v in value.to_dict().items():
+                if n in self.sub[scheme]:
+                    self.sub[scheme][n].show(v)
+
+
+def make_control(spec: FieldSpec, value: Any, tokenizer=None) -> FieldControl:
+    """The editor that fits ``spec`` (see the module docstring)."""
+    if spec.group == "watermark" and spec.kind == "json" and FIELDS.get(spec.name) is spec:
+        return WatermarkControl(spec, value, tokenizer)
+    if spec.kind in ("int", "float"):
+        return NumberControl(spec, value, tokenizer)
+    if spec.kind == "bool":
+        return BoolControl(spec, value, tokenizer)
+    if spec.kind == "choice":
+        return ChoiceControl(spec, value, tokenizer)
+    return TextControl(spec, value, tokenizer)

@@ -1,0 +1,166 @@
+"""LiveView: the shared skeleton of widgets whose results follow their inputs.
+
+A subclass implements ``compute(job)`` (runs in the worker thread, returns what to show,
+or None when the job was replaced) and ``render(data)``; LiveView brings the rest: a
+debounced :class:`~genlab.widgets.worker.Worker`, Generate / Stop buttons, a progress
+bar, a status line, auto-update, error display that keeps the last good result, and
+the methods tests use (``update(sync=True)``, ``wait()``, ``error``, ``version``).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import warnings
+from typing import Any
+
+import ipywidgets as widgets
+
+from ..config import GenerationConfig
+from ..engine import Run
+from .config_panel import WARNINGS_LOCK
+from .render import message
+from .worker import Job, Worker
+
+SPECIAL_TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
+def initial_config(lm, config: GenerationConfig | None = None, **overrides) -> GenerationConfig:
+    """The model's generation defaults (or ``config``) with ``overrides``; 20 new tokens
+    unless a length is given. Special tokens the defaults leave unset come from the model
+    (as transformers derives a generation config from the model config)."""
+    if config is None:
+        defaults = dict(lm.info.generation_defaults or {})
+        for name in SPECIAL_TOKEN_FIELDS:
+            if defaults.get(name) is None and getattr(lm.info, name, None) is not None:
+                defaults[name] = getattr(lm.info, name)
+        config = GenerationConfig.from_dict(defaults) if defaults else GenerationConfig()
+    else:
+        config = config.copy()
+    if "max_new_tokens" not in overrides and "max_length" not in overrides \
+            and config.max_new_tokens is None:
+        overrides["max_new_tokens"] = 20
+    with WARNINGS_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unused = config.update(**overrides)
+    if unused:
+        raise ValueError(f"unknown generation settings: {', '.join(sorted(unused))}; see "
+                         "genlab.config.FIELDS for the field names")
+    return config
+
+
+def start_run(lm, prompt, *, chat: bool, seed: int | None, config: GenerationConfig,
+              trace_top_k: int = 10, tracer_class=None) -> Run:
+    """A traced Run of ``lm`` on ``prompt`` with a private copy of ``config``. Warnings of
+    the set-up are kept in ``run.setup_warnings``; ``tracer_class`` replaces the Tracer."""
+    if isinstance(prompt, str) and not prompt.strip() and not chat:
+        raise ValueError("prompt is empty: type some text to continue (or tick chat)")
+    ids, mask = lm.encode(prompt, chat=chat)
+    with WARNINGS_LOCK, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = Run(lm.model, input_ids=ids, attention_mask=mask, tokenizer=lm.tokenizer,
+                  generation_config=config.copy(), trace={"top_k": trace_top_k}, seed=seed,
+                  return_dict_in_generate=True, output_scores=True)
+    if tracer_class is not None:
+        run.tracer = tracer_class(run, top_k=trace_top_k)
+    run.setup_warnings = [str(w.message) for w in caught]
+    return run
+
+
+class Cancelled(Exception):
+    """Raised inside ``compute`` when a newer request replaced the job."""
+
+
+class LiveView(widgets.VBox):
+    """Base of the live widgets (see the module docstring)."""
+
+    def _init_live(self, debounce: float, auto_update: bool) -> None:
+        self.result: Any = None
+        self.error: str | None = None
+        self.version = 0
+        self.timings: dict[str, float] = {}
+        self.worker = Worker(self._job, debounce=debounce)
+        self.generate_button = widgets.Button(description="Generate", button_style="primary")
+        self.stop_button = widgets.Button(description="Stop", button_style="warning")
+        self.auto_box = widgets.Checkbox(value=auto_update, description="auto-update",
+                                         indent=False)
+        self.progress = widgets.IntProgress(value=0, min=0, max=1,
+                                            layout=widgets.Layout(width="160px"))
+        self.status = widgets.HTML()
+        self.generate_button.on_click(lambda _: self.update())
+        self.stop_button.on_click(lambda _: self.stop())
+
+    def controls_row(self) -> widgets.HBox:
+        return widgets.HBox([self.generate_button, self.stop_button, self.auto_box,
+                             self.progress, self.status])
+
+    # -- to implement ----------------------------------------------------------------------
+    def compute(self, job: Job) -> Any:
+        raise NotImplementedError
+
+    def render(self, data: Any) -> None:
+        raise NotImplementedError
+
+    # -- public ----------------------------------------------------------------------------
+    def update(self, sync: bool = False):
+        """Recompute with the current inputs, cancelling a running computation; with
+        ``sync`` wait for it and return ``result``."""
+        self.worker.submit(sync=sync)
+        return self.result if sync else None
+
+    def stop(self) -> None:
+        """Stop the running generation at its next step (what it made so far is shown)."""
+        self.worker.stop()
+
+    def wait(self, timeout: float | None = None):
+        """Wait for a scheduled or running update; returns ``result``."""
+        self.worker.wait(timeout)
+        return self.result
+
+    # -- helpers for subclasses -------------------------------------------------------------
+    def on_input(self, change=None) -> None:
+        """Observer for inputs: schedule a debounced update when auto-update is on."""
+        if self.auto_box.value:
+            self.worker.schedule()
+
+    def drive(self, run: Run, job: Job) -> Run:
+        """Step ``run`` to its end, showing progress; stops early on Stop, and raises
+        :class:`Cancelled` when a newer request replaced the job."""
+        total = max(1, int(run.gen_config.max_length) - int(run.prompt_length))
+        self.progress.max, self.progress.value = total, 0
+        while not run.finished:
+            if job.cancelled.is_set():
+                if not job.stopped:
+                    raise Cancelled
+                run.stopped = True
+                break
+            run.step()
+            self.progress.value = min(run.step_index, total)
+        return run
+
+    # -- internals -------------------------------------------------------------------------
+    def _job(self, job: Job):
+        t0 = time.perf_counter()
+        self.status.value = message("generating…")
+        try:
+            data = self.compute(job)
+            t1 = time.perf_counter()
+            self.render(data)
+        except Cancelled:
+            return None
+        except Exception as err:  # shown in the widget; the last good result stays
+            if self.worker.is_current(job):
+                self._fail(err)
+            return None
+        t2 = time.perf_counter()
+        self.error = None
+        self.timings = {"compute": t1 - t0, "render": t2 - t1, "total": t2 - t0}
+        self.version += 1
+        return self.result
+
+    def _fail(self, err: Exception) -> None:
+        self.error = f"{type(err).__name__}: {err}"
+        last = traceback.extract_tb(err.__traceback__)[-1:]
+        where = f" (in {last[0].name}, {last[0].filename.split('/')[-1]})" if last else ""
+        kept = " The last good result is still shown." if self.result is not None else ""
+        self.status.value = message(self.error + where + kept, "error")

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The real-browser widget test: JupyterLab (from the project venv) in headless Debian
+# Chromium, driven by the Python playwright package (tests/browser/ui_check.py).
+#
+#   bash tests/browser/run.sh                  # the test (make browser)
+#   bash tests/browser/run.sh --no-widgets     # self-check: with the ipywidgets lab
+#                                              # extension disabled the check must FAIL
+#
+# All Jupyter / IPython / matplotlib / Chromium state stays inside the checkout
+# (.jupyter/ .xdg/ .tmp/, gitignored); screenshots go to artifacts/browser/.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+VENV=${VENV:-$ROOT/.venv}
+MODE=${1:-normal}
+START=$(date +%s)
+
+export TMPDIR=$ROOT/.tmp
+export JUPYTER_CONFIG_DIR=$ROOT/.jupyter/config
+export JUPYTER_DATA_DIR=$ROOT/.jupyter/data
+export JUPYTER_RUNTIME_DIR=$ROOT/.jupyter/runtime
+export JUPYTERLAB_SETTINGS_DIR=$ROOT/.jupyter/lab-settings
+export JUPYTERLAB_WORKSPACES_DIR=$ROOT/.jupyter/lab-workspaces
+export IPYTHONDIR=$ROOT/.jupyter/ipython
+export MPLCONFIGDIR=$ROOT/.jupyter/mpl
+export XDG_CONFIG_HOME=$ROOT/.xdg/config XDG_CACHE_HOME=$ROOT/.xdg/cache
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
+APP_SETTINGS=$ROOT/.jupyter/app-settings
+ARTIFACTS=$ROOT/artifacts/browser
+mkdir -p "$TMPDIR" "$JUPYTER_RUNTIME_DIR" "$IPYTHONDIR" "$MPLCONFIGDIR" "$XDG_CONFIG_HOME" \
+         "$XDG_CACHE_HOME" "$APP_SETTINGS" "$ARTIFACTS"
+
+# 1. Debian's Chromium (never `playwright install`: no browser downloads)
+if ! command -v chromium >/dev/null; then
+  echo "installing Debian chromium..."
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+# 2. No news / update pop-ups over the notebook
+cat > "$APP_SETTINGS/overrides.json" <<'JSON'
+{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}
+JSON
+
+# 3. For the self-check, a throwaway config dir where the widgets extension is disabled
+if [ "$MODE" = "--no-widgets" ]; then
+  export JUPYTER_CONFIG_DIR=$ROOT/.jupyter/config-no-widgets
+  rm -rf "$JUPYTER_CONFIG_DIR"
+  mkdir -p "$JUPYTER_CONFIG_DIR"
+  "$VENV/bin/jupyter" labextension disable --level=user @jupyter-widgets/jupyterlab-manager
+fi
+
+# 4. The notebook the browser runs: a fresh copy without outputs, inside the checkout
+#    (the server's root; genlab is imported from the venv)
+WORK=$ROOT/.tmp/browser
+rm -rf "$WORK" && mkdir -p "$WORK"
+cp "$ROOT/tests/browser/playground.ipynb" "$WORK/playground.ipynb"
+
+# 5. JupyterLab from the project venv, on a free port; killed on exit
+PORT=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+LOG=$ARTIFACTS/jupyterlab.log
+"$VENV/bin/jupyter" lab --no-browser --port "$PORT" --ip 127.0.0.1 --allow-root \
+  --IdentityProvider.token='' --ServerApp.password='' --ServerApp.root_dir="$WORK" \
+  --LabApp.app_settings_dir="$APP_SETTINGS" --LabApp.extension_manager=readonly \
+  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+  > "$LOG" 2>&1 &
+LAB_PID=$!
+cleanup() { kill "$LAB_PID" 2>/dev/null || true; wait "$LAB_PID" 2>/dev/null || true; }
+trap cleanup EXIT
+for _ in $(seq 1 240); do
+  if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/status")" = 200 ]; then
+    break
+  fi
+  sleep 0.25
+done
+
+# 6. The check
+set +e
+"$VENV/bin/python" "$ROOT/tests/browser/ui_check.py" "http://127.0.0.1:$PORT" \
+  "playground.ipynb" "$ARTIFACTS" "$MODE"
+RC=$?
+set -e
+echo "browser test: $(( $(date +%s) - START )) s in all (rc $RC)"
+if [ "$MODE" = "--no-widgets" ]; then
+  if [ $RC -eq 0 ]; then
+    echo "SELF-CHECK FAILED: the check passed although the widgets extension was disabled"
+    exit 1
+  fi
+  echo "self-check ok: the check fails when the widgets extension is missing"
+  exit 0
+fi
+exit $RC

@@ -1,0 +1,483 @@
+"""Widgets without a browser: build each one, set control values, check configs, results,
+tables and error messages. Models are hand-written TableLMs (instant, exact numbers)."""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+
+import ipywidgets as widgets
+import pytest
+import torch
+
+import genlab
+from genlab import config as config_module
+from genlab.config import FIELDS, FieldSpec, GenerationConfig, WatermarkingConfig
+from genlab.models.table import TableLM
+from genlab.widgets.compare import CompareView
+from genlab.widgets.config_panel import GROUP_TITLES, PRESETS, ConfigPanel
+from genlab.widgets.debugger import StepDebugger
+from genlab.widgets.explorers import WatermarkExplorer, generated_colours
+from genlab.widgets.fields import (
+    NumberControl,
+    TextControl,
+    WatermarkControl,
+    parse_sequence_bias,
+    parse_token_id_lists,
+    parse_token_ids,
+)
+from genlab.widgets.playground import Playground
+from genlab.widgets.render import prob_colour, token_spans
+from genlab.widgets.worker import Worker
+
+PNG = b"\x89PNG\r\n\x1a\n"
+WORDS = "a b c d e f g h i j k l m n o p q r s t".split()
+
+
+@pytest.fixture(scope="module")
+def classic():
+    """The textbook tree: greedy gives 'nice woman' (0.5 * 0.4), 'dog has' is likelier."""
+    return genlab.LM(TableLM.classic())
+
+
+@pytest.fixture(scope="module")
+def uniform():
+    """Every word equally likely after any prefix, EOS never: long random texts."""
+    row = {w: 1 / len(WORDS) for w in WORDS}
+    return genlab.LM(TableLM({"": row}, fallback=row))
+
+
+class SlowModel:
+    """A TableLM whose forward takes ``delay`` seconds and counts concurrent calls."""
+
+    def __init__(self, table: TableLM, delay: float = 0.02) -> None:
+        self.table, self.delay = table, delay
+        self.info, self.tokenizer = table.info, table.tokenizer
+        self.active = self.max_active = self.calls = 0
+        self.lock = threading.Lock()
+
+    def new_cache(self, batch_size):
+        return self.table.new_cache(batch_size)
+
+    def forward(self, *args, **kwargs):
+        with self.lock:
+            self.active += 1
+            self.calls += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            time.sleep(self.delay)
+            return self.table.forward(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+# ----------------------------------------------------------------------------------------
+# ConfigPanel
+# ----------------------------------------------------------------------------------------
+def test_every_field_has_a_control_in_its_group():
+    panel = ConfigPanel()
+    assert set(panel.controls) == set(FIELDS)
+    assert list(panel.groups) == [g for g in config_module.GROUPS if panel.groups.get(g)]
+    for group, names in panel.groups.items():
+        assert all(FIELDS[n].group == group for n in names)
+    assert list(panel.accordion.titles) == [GROUP_TITLES[g] for g in panel.groups]
+    page = panel.accordion.children[list(panel.groups).index("logits")]
+    assert panel.controls["top_p"].box in page.children
+
+
+def test_a_new_field_appears_by_itself(monkeypatch):
+    spec = FieldSpec("brand_new_knob", "logits", "float", 0.5, min=0, max=1, step=0.1,
+                     help="added after the panel was written")
+    monkeypatch.setitem(config_module.FIELDS, "brand_new_knob", spec)
+    panel = ConfigPanel()
+    control = panel.controls["brand_new_knob"]
+    assert isinstance(control.input, widgets.FloatSlider)
+    assert (control.input.min, control.input.max, control.input.value) == (0, 1, 0.5)
+    control.input.value = 0.7
+    assert panel.config.brand_new_knob == 0.7
+
+
+def test_control_types_follow_the_field_kinds():
+    c = ConfigPanel().controls
+    top_p = c["top_p"].input
+    assert isinstance(top_p, widgets.FloatSlider)
+    assert (top_p.min, top_p.max) == (0.01, 1.0)  # (0, 1]: 0 excluded
+    assert isinstance(c["temperature"].input, widgets.FloatSlider)
+    assert c["temperature"].input.min == pytest.approx(0.05)
+    assert isinstance(c["num_beams"].input, widgets.IntSlider)
+    assert isinstance(c["do_sample"].input, widgets.Checkbox)
+    assert isinstance(c["length_penalty"].input, widgets.FloatText)  # no bounds: a text box
+    assert isinstance(c["pad_token_id"].input, widgets.IntText)  # token ids: typed
+    assert c["early_stopping"].input.options == (("False", False), ("True", True),
+                                                 ("never", "never"))
+    assert isinstance(c["output_logits"].input, widgets.Dropdown)  # nullable bool
+    for name in ("bad_words_ids", "sequence_bias", "stop_strings"):
+        assert isinstance(c[name].input, widgets.Textarea), name
+    assert isinstance(c["suppress_tokens"], TextControl)
+    assert isinstance(c["watermarking_config"], WatermarkControl)
+    assert isinstance(c["max_new_tokens"], NumberControl) and c["max_new_tokens"].enabled
+
+
+def test_valid_changes_edit_the_config_in_place_and_the_mode_follows():
+    cfg = GenerationConfig(max_new_tokens=8)
+    panel = ConfigPanel(cfg)
+    assert panel.mode == "greedy_search"
+    panel.controls["do_sample"].input.value = True
+    assert cfg.do_sample is True and panel.mode == "sample"
+    panel.controls["num_beams"].input.value = 3
+    assert cfg.num_beams == 3 and panel.mode == "beam_sample"
+    assert "beam_sample" in panel.mode_label.value
+    panel.controls["top_k"].enabled.value = False  # unchecked: None
+    assert cfg.top_k is None
+    seen = []
+    panel.on_change(lambda p, names: seen.append(names))
+    panel.set("max_new_tokens", 300)  # beyond the slider's soft end: the slider grows
+    assert cfg.max_new_tokens == 300 and panel.controls["max_new_tokens"].input.max == 300
+    assert seen == [["max_new_tokens"]]
+
+
+def test_an_invalid_value_is_shown_next_to_its_field_and_not_applied():
+    panel = ConfigPanel(GenerationConfig(num_beams=4))
+    panel.controls["num_beam_groups"].input.value = 3
+    assert panel.config.num_beam_groups == 1  # the last valid value
+    error = panel.errors["num_beam_groups"]
+    assert "num_beam_groups" in error and "divide" in error
+    assert "genlab-error" in panel.controls["num_beam_groups"].status.value
+    panel.controls["num_beam_groups"].input.value = 2
+    assert panel.config.num_beam_groups == 1  # 2 groups also need diversity_penalty > 0
+    assert "diversity_penalty" in panel.errors["num_beam_groups"]
+    panel.set("diversity_penalty", 1.0)
+    panel.controls["num_beam_groups"].input.value = 4
+    assert panel.config.num_beam_groups == 4 and "num_beam_groups" not in panel.errors
+    assert panel.mode == "group_beam_search"
+    panel.controls["bad_words_ids"].input.value = "5 x"
+    assert "'x' is neither a token id" in panel.errors["bad_words_ids"]
+    assert panel.config.bad_words_ids is None
+
+
+def test_token_editors_take_ids_and_quoted_text(classic):
+    tok = classic.tokenizer
+    dog, nice = tok.convert_tokens_to_ids("dog"), tok.convert_tokens_to_ids("nice")
+    panel = ConfigPanel(tokenizer=tok, vocab_size=classic.info.vocab_size)
+    panel.controls["bad_words_ids"].input.value = "'dog'\n5, 6"
+    assert panel.config.bad_words_ids == [[dog], [5, 6]]
+    hint = html.unescape(panel.controls["bad_words_ids"].status.value)
+    assert "= 'dog', 'nice dog'" in hint  # the sequences, decoded
+    panel.controls["sequence_bias"].input.value = "'nice': -3\n5 6: 1.5"
+    assert panel.config.sequence_bias == {(nice,): -3.0, (5, 6): 1.5}
+    panel.controls["suppress_tokens"].input.value = "7, 'car'"
+    assert panel.config.suppress_tokens == [7, tok.convert_tokens_to_ids("car")]
+    panel.controls["suppress_tokens"].input.value = "999"
+    assert "outside the vocabulary [0, 17)" in panel.errors["suppress_tokens"]
+    assert panel.config.suppress_tokens == [7, tok.convert_tokens_to_ids("car")]
+    panel.controls["eos_token_id"].input.value = "2, 3"
+    assert panel.config.eos_token_id == [2, 3]
+    panel.controls["stop_strings"].input.value = "END\\n\nstop"
+    assert panel.config.stop_strings == ["END\n", "stop"]
+
+
+def test_parsers_report_what_is_wrong():
+    assert parse_token_ids("1, 2 3") == [1, 2, 3]
+    assert parse_token_id_lists("1 2\n\n3") == [[1, 2], [3]]
+    assert parse_sequence_bias("1 2: -1.5\n4: 2") == {(1, 2): -1.5, (4,): 2.0}
+    with pytest.raises(ValueError, match="quoted text needs a tokenizer"):
+        parse_token_ids("'word'")
+    with pytest.raises(ValueError, match="must read 'token ids: bias'"):
+        parse_sequence_bias("1 2")
+    with pytest.raises(ValueError, match="bias 'x' is not a number"):
+        parse_sequence_bias("1: x")
+
+
+@pytest.mark.parametrize("preset, mode", [
+    ("greedy", "greedy_search"), ("sampling", "sample"), ("nucleus", "sample"),
+    ("beam", "beam_search"), ("diverse beam", "group_beam_search"),
+    ("contrastive", "contrastive_search"), ("watermarked", "sample"),
+])
+def test_presets_set_their_mode_and_keep_the_length(preset, mode):
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=7, do_sample=True, top_k=3))
+    panel.preset.value = preset
+    assert panel.mode == mode and panel.config.max_new_tokens == 7
+    assert panel.preset.value == "(preset)"
+    for key, value in PRESETS[preset].items():
+        assert getattr(panel.config, key) == value
+    if "top_k" not in PRESETS[preset]:
+        assert panel.config.top_k == 50  # strategy settings start from the defaults
+    assert panel.controls["num_beams"].input.value == panel.config.num_beams
+    if preset == "watermarked":
+        assert isinstance(panel.config.watermarking_config, WatermarkingConfig)
+        assert panel.controls["watermarking_config"].input.value == "greenlist"
+
+
+def test_reset_restores_the_starting_config_and_controls():
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=5))
+    panel.set("do_sample", True)
+    panel.set("temperature", 0.7)
+    panel.reset()
+    assert panel.config == GenerationConfig(max_new_tokens=5)
+    assert panel.controls["do_sample"].input.value is False
+    assert panel.controls["temperature"].input.value == 1.0
+
+
+def test_watermark_editor_builds_the_config_from_its_fields():
+    panel = ConfigPanel(GenerationConfig(do_sample=True))
+    control = panel.controls["watermarking_config"]
+    control.input.value = "greenlist"
+    assert panel.config.watermarking_config == WatermarkingConfig()
+    control.sub["greenlist"]["bias"].input.value = 4.0
+    assert panel.config.watermarking_config.bias == 4.0
+    control.sub["greenlist"]["greenlist_ratio"].input.value = 0.5
+    assert panel.config.watermarking_config.greenlist_ratio == 0.5
+    control.input.value = None
+    assert panel.config.watermarking_config is None
+
+
+def test_save_and_load_generation_config_json(tmp_path):
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=9))
+    panel.set("do_sample", True)
+    panel.set("top_p", 0.8)
+    folder = panel.save(tmp_path / "model")
+    assert folder.name == "generation_config.json"
+    panel.save(tmp_path / "cfg.json")
+    for source in (tmp_path / "model", tmp_path / "cfg.json"):
+        other = ConfigPanel()
+        other.load(source)
+        assert other.config.top_p == 0.8 and other.config.max_new_tokens == 9
+        assert other.controls["top_p"].input.value == 0.8
+        assert "loaded" in other.file_status.value
+    (tmp_path / "bad.json").write_text("{not json")
+    other.path.value = str(tmp_path / "bad.json")
+    other.load_button.click()
+    assert "genlab-error" in other.file_status.value and "not a valid JSON" in \
+        other.file_status.value
+    assert other.config.top_p == 0.8  # unchanged
+
+
+# ----------------------------------------------------------------------------------------
+# small pieces
+# ----------------------------------------------------------------------------------------
+def test_token_spans_colour_by_probability():
+    spans = token_spans(["a", "<b>"], [1.0, 0.0], marks=[1])
+    assert spans.count('class="genlab-token"') == 2
+    assert prob_colour(1.0) in spans and prob_colour(0.0) in spans
+    assert "&lt;b&gt;" in spans and "outline" in spans
+    assert prob_colour(1.0) != prob_colour(0.0)
+
+
+def test_worker_runs_one_job_at_a_time_and_drops_replaced_ones():
+    active, peak, done = [0], [0], []
+    lock = threading.Lock()
+
+    def fn(job):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        for _ in range(20):
+            if job.cancelled.is_set():
+                break
+            time.sleep(0.005)
+        with lock:
+            active[0] -= 1
+        done.append((job.number, job.cancelled.is_set()))
+
+    worker = Worker(fn, debounce=0.05)
+    for _ in range(4):
+        worker.submit()
+    worker.wait()
+    assert peak[0] == 1
+    assert done[-1] == (4, False)  # the last request finished
+    assert all(cancelled for _, cancelled in done[:-1])
+    done.clear()
+    for _ in range(5):
+        worker.schedule()  # debounced: one job
+    time.sleep(0.1)
+    worker.wait()
+    assert len(done) == 1
+
+
+# ----------------------------------------------------------------------------------------
+# Playground
+# ----------------------------------------------------------------------------------------
+def test_playground_shows_text_table_and_colours(classic):
+    pg = Playground(classic, "The")
+    assert pg.error is None and pg.version == 1
+    assert pg.result.text == "nice woman"
+    assert pg.table.token.tolist() == ["nice", "woman", "<eos>"]
+    assert pg.table.prob.round(6).tolist() == [0.5, 0.4, 1.0]
+    assert pg.table["rank"].tolist() == [0, 0, 0]
+    assert "'dog' 0.400" in pg.table.top[0]
+    assert pg.config.eos_token_id == 2 and pg.config.max_new_tokens == 20
+    view = pg.text_view.value
+    assert view.count('class="genlab-token"') == 3 and prob_colour(0.4) in view
+    assert "<table" in pg.table_view.value and "woman" in pg.table_view.value
+    assert repr(pg) == "Playground(lm='table', mode='greedy_search')"
+
+
+def test_playground_follows_its_controls(classic):
+    pg = Playground(classic, "The", debounce=0.05)
+    pg.panel.controls["bad_words_ids"].input.value = "'nice'"
+    pg.wait()
+    assert pg.version == 2 and pg.result.text == "dog has"
+    pg.prompt_box.value = "The car"
+    pg.wait()
+    assert pg.result.text == "drives" and pg.version == 3
+    pg.auto_box.value = False
+    pg.prompt_box.value = "The nice"
+    time.sleep(0.15)
+    pg.wait()
+    assert pg.version == 3  # auto-update off: nothing ran
+    assert pg.update(sync=True).text == "woman"
+
+
+def test_playground_debounces_quick_changes(uniform):
+    pg = Playground(uniform, "a", debounce=0.15, do_sample=True, max_new_tokens=5)
+    for seed in (1, 2, 3):
+        pg.seed_box.value = seed
+    pg.panel.set("max_new_tokens", 6)
+    time.sleep(0.3)
+    pg.wait()
+    assert pg.version == 2  # one generation for four quick changes
+    assert len(pg.table) == 6 and "seed 3" in pg.status.value
+
+
+def test_playground_error_keeps_the_last_result(classic):
+    pg = Playground(classic, "The")
+    pg.prompt_box.value = ""
+    pg.update(sync=True)
+    assert pg.error.startswith("ValueError: prompt is empty")
+    assert "genlab-error" in pg.status.value and "last good result" in pg.status.value
+    assert pg.result.text == "nice woman" and "woman" in pg.text_view.value
+    pg.prompt_box.value = "The dog"
+    pg.update(sync=True)
+    assert pg.error is None and pg.result.text == "has"
+
+
+def test_playground_never_runs_two_generations_at_once(uniform):
+    slow = SlowModel(uniform.model)
+    lm = genlab.LM(slow, uniform.tokenizer)
+    pg = Playground(lm, "a", do_sample=True, max_new_tokens=15, run=False,
+                    auto_update=False)
+    pg.update()
+    time.sleep(0.05)
+    pg.seed_box.value = 5
+    pg.update()  # cancels the running job at its next step, starts when it has ended
+    pg.wait()
+    assert slow.max_active == 1 and pg.version == 1
+    assert pg.error is None and len(pg.table) == 15 and "seed 5" in pg.status.value
+    assert slow.calls < 3 * 15  # the replaced jobs stopped early
+
+
+def test_playground_stop_keeps_the_partial_result(uniform):
+    slow = SlowModel(uniform.model, delay=0.03)
+    lm = genlab.LM(slow, uniform.tokenizer)
+    pg = Playground(lm, "a", do_sample=True, max_new_tokens=60, run=False)
+    pg.update()
+    time.sleep(0.25)
+    assert pg.progress.value > 0 and pg.progress.max == 60
+    pg.stop_button.click()
+    pg.wait()
+    assert 0 < len(pg.table) < 60
+    assert "stopped" in pg.status.value and pg.error is None
+
+
+def test_playground_plots_are_pngs_drawn_on_demand(classic):
+    pg = Playground(classic, "The")
+    assert pg.probs_image.value == b""  # the Plots tab is closed: nothing drawn yet
+    pg.show_plots()
+    assert pg.probs_image.value.tobytes().startswith(PNG) and pg.topk_image.value.tobytes().startswith(PNG)
+    first = pg.topk_image.value
+    pg.position.value = 1
+    assert pg.topk_image.value.tobytes().startswith(PNG) and pg.topk_image.value != first
+
+
+# ----------------------------------------------------------------------------------------
+# StepDebugger
+# ----------------------------------------------------------------------------------------
+def test_debugger_waterfall_reports_the_mass_each_stage_removed(classic):
+    dbg = StepDebugger(classic, "The", do_sample=True, top_k=2)
+    assert dbg.current_step is None and "Press Step" in dbg.waterfall_view.value
+    dbg.step()
+    table = dbg.waterfall_table()
+    assert table.stage.tolist() == ["raw", "TopKLogitsWarper", "final"]
+    topk = table.set_index("stage").loc["TopKLogitsWarper"]
+    assert topk.removed_mass == pytest.approx(0.1, abs=1e-4)  # 'car' (0.1) is cut
+    assert topk.raw_mass_kept == pytest.approx(0.9, abs=1e-4)
+    assert topk.tokens_kept == 2 and topk.removed_tokens == classic.info.vocab_size - 2
+    assert table.top[0].startswith("'nice' 0.500, 'dog' 0.400, 'car' 0.100")
+    assert [v for _, v in dbg.candidates.options] == [5, 6]
+    assert dbg.waterfall_image.value.tobytes().startswith(PNG)
+
+
+def test_debugger_force_rewind_fork_and_live_config(classic):
+    dbg = StepDebugger(classic, "The")
+    dbg.step()
+    assert dbg.text() == "nice"
+    dbg.candidates.value = classic.tokenizer.convert_tokens_to_ids("dog")
+    dbg.force_button.click()
+    assert dbg.error is None and dbg.text() == "dog"
+    assert dbg.history().forced.tolist() == [True]
+    dbg.step()
+    assert dbg.text() == "dog has"
+    fork = dbg.fork()
+    assert dbg.run is fork and len(dbg.runs) == 2
+    dbg.rewind(1)
+    assert dbg.text() == "dog" and dbg.panel.config is fork.config
+    dbg.step()
+    dbg.token_box.value = "runs"  # taken at the current step instead of "has"
+    dbg.force_button.click()
+    assert dbg.text() == "dog runs"
+    dbg.select_run(0)
+    assert dbg.text() == "dog has"
+    dbg.panel.set("suppress_tokens", [2])  # no EOS from the next step on
+    dbg.step()
+    assert dbg.run.sequences[0, -1].item() != 2
+    assert len(dbg.history()) == 3 and "<table" in dbg.history_view.value
+    dbg.rewind_count.value = 5
+    dbg.rewind_button.click()
+    assert dbg.error.startswith("ValueError: can rewind 0..3 steps")
+    assert "genlab-error" in dbg.status.value
+
+
+# ----------------------------------------------------------------------------------------
+# CompareView and WatermarkExplorer
+# ----------------------------------------------------------------------------------------
+def test_compare_marks_the_first_divergence(classic):
+    view = CompareView(classic, "The", {"greedy": {}, "no nice": {"bad_words_ids": [[5]]}})
+    assert view.texts() == {"greedy": "nice woman", "no nice": "dog has"}
+    assert view.divergence == 0
+    assert "outline" in view.text_views["no nice"].value
+    assert "first different token at position 0" in view.summary_view.value
+    assert view.plot_image.value.tobytes().startswith(PNG)
+    view.panels["no nice"].set("bad_words_ids", None)
+    view.update(sync=True)
+    assert view.divergence is None and "identical" in view.summary_view.value
+    with pytest.raises(ValueError, match="at least 2"):
+        CompareView(classic, "The", [{}])
+
+
+def test_watermark_explorer_detects_its_watermark(uniform):
+    wm = WatermarkExplorer(uniform, "a b", {"bias": 6.0, "greenlist_ratio": 0.25},
+                           max_new_tokens=30)
+    assert wm.error is None
+    det = wm.detection.set_index("text")
+    assert det.loc["watermarked", "z_score"] > 4 > det.loc["not watermarked", "z_score"]
+    assert len(wm.colours) == 30 and wm.colours.green.mean() > 0.7
+    g = wm.greenlist
+    assert g.chosen.sum() == 1 and bool(g[g.chosen].green.iloc[0]) == bool(wm.colours.green[0])
+    assert (g[g.green].prob_after > g[g.green].prob_before).all()
+    assert (g[~g.green].prob_after < g[~g.green].prob_before).all()
+    assert wm.z_image.value.tobytes().startswith(PNG) and wm.greenlist_image.value.tobytes().startswith(PNG)
+    assert "wm-green" in wm.text_view.value
+    wm.position.value = 3
+    assert wm.greenlist.chosen.sum() == 1
+    wm.panel.controls["watermarking_config"].input.value = None
+    wm.update(sync=True)
+    assert "shows the green-list watermark" in wm.error and wm.result is not None
+
+
+def test_generated_colours_score_only_generated_tokens():
+    seq = torch.tensor([1, 5, 6, 7, 8, 9])
+    table = generated_colours(seq, 3, WatermarkingConfig(), None, 20)
+    assert table.position.tolist() == [0, 1, 2] and table.scored.all()
+    assert table.id.tolist() == [7, 8, 9]
