@@ -73,9 +73,7 @@ def prepare_config(model, generation_config=None, use_model_defaults=None, **kwa
     if generation_config is None:
         config = GenerationConfig.from_dict(defaults) if defaults else GenerationConfig()
     else:
-        if not isinstance(generation_config, GenerationConfig):
-            generation_config = GenerationConfig.from_dict(generation_config.to_dict())
-        config = copy.deepcopy(generation_config)
+        config = copy.deepcopy(GenerationConfig.from_any(generation_config))
         if use_model_defaults is not False and defaults:
             plain = GenerationConfig()
             for key, value in defaults.items():
@@ -531,7 +529,7 @@ class Run:
         cfg = self.gen_config
 
         # 1. forward pass over the tokens the cache has not seen
-        out = self._forward()
+        out = self.strategy.forward(self)
         logits = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
         if registry:
             logits = registry.fire("logits", logits, idx)
@@ -564,7 +562,7 @@ class Run:
             sel = self.strategy.select(self, scores)
         if registry:
             tokens = registry.fire("select", sel.tokens, idx)
-            sel = Selection(tokens, sel.parents, sel.info)
+            sel = Selection(tokens, sel.parents, sel.info, sel.scores, sel.logits)
         if self.keep_history:
             self._snapshots[-1].forced = forced
 
@@ -574,13 +572,21 @@ class Run:
                 # the mask stays in place, as in the reference: rows of one input share it
                 self.cache.reorder(sel.parents)
                 self.sequences = self.sequences[sel.parents]
-        self.sequences = torch.cat([self.sequences, sel.tokens[:, None]], dim=-1)
+        # several tokens per row when a strategy accepts a draft (assisted decoding)
+        new = sel.tokens if sel.tokens.dim() == 2 else sel.tokens[:, None]
+        if sel.scores is not None and cfg.return_dict_in_generate:
+            if cfg.output_scores:
+                self._scores[-1:] = list(sel.scores)
+            if cfg.output_logits:
+                self._logits[-1:] = list(sel.logits)
+        self.sequences = torch.cat([self.sequences, new], dim=-1)
         self.attention_mask = torch.cat(
-            [self.attention_mask, self.attention_mask.new_ones((self.attention_mask.shape[0], 1))],
+            [self.attention_mask,
+             self.attention_mask.new_ones((self.attention_mask.shape[0], new.shape[1]))],
             dim=-1,
         )
         if self.streamer is not None:
-            self.streamer.put(sel.tokens.cpu())
+            self.streamer.put(new.cpu() if sel.tokens.dim() == 2 else sel.tokens.cpu())
         self.strategy.update(self, sel)
         self.step_index += 1
         done = self.strategy.is_done(self)
@@ -589,7 +595,8 @@ class Run:
         if want_record or tracer is not None:
             record = self._record(idx, sel, scores, forced is not None, done)
             if tracer is not None:
-                tracer.on_step_end(idx, record, sel)
+                tracer.on_step_end(idx, record, sel if sel.tokens.dim() == 1
+                                   else Selection(sel.tokens[:, 0], sel.parents, sel.info))
             if registry:
                 registry.fire("step_end", record, idx)
             if self.keep_history:
@@ -603,7 +610,12 @@ class Run:
     def _record(self, idx, sel: Selection, scores, forced: bool, done: bool) -> Step:
         if sel.parents is not None:
             scores = scores[sel.parents]
-        logprobs = torch.log_softmax(scores.float(), dim=-1).gather(1, sel.tokens[:, None])[:, 0]
+        if sel.tokens.dim() == 2:  # (rows, n) tokens, one score tensor each
+            each = sel.scores if sel.scores is not None else (scores,) * sel.tokens.shape[1]
+            logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1).gather(1, t[:, None])[:, 0]
+                                    for s, t in zip(each, sel.tokens.unbind(1))], dim=1)
+        else:
+            logprobs = torch.log_softmax(scores.float(), dim=-1).gather(1, sel.tokens[:, None])[:, 0]
         text = None
         if self.tokenizer is not None:
             text = self.tokenizer.convert_ids_to_tokens(sel.tokens.tolist())

@@ -256,5 +256,141 @@ class Trace:
         t = self.table(stage=stage)
         return t[(t.step == step) & (t.row == row)].reset_index(drop=True)
 
+    # -- beam search views ---------------------------------------------------------------
+    def _beam_records(self) -> list[StepRecord]:
+        recs = [r for r in self.records if "candidates" in (r.info or {})]
+        if not recs:
+            raise ValueError(
+                "this trace has no beam candidates: trace a beam search (num_beams > 1) "
+                "with trace=True"
+            )
+        return recs
+
+    def returned_nodes(self) -> list[int]:
+        """Node ids of the returned sequences, in output row order ([] while running)."""
+        run = self.run
+        if run is None or not run.finished:
+            return []
+        run.output  # noqa: B018 - building the output makes the strategy name its winners
+        nodes = getattr(run.strategy, "returned_nodes", None)
+        return [] if nodes is None else [int(v) for v in nodes]
+
+    def beam_tree(self, batch: int | None = None) -> pd.DataFrame:
+        """Every candidate the beam search scored, one row per node of the beam tree.
+
+        Columns: step, batch, node, parent_node (-1: the prompt), parent_beam, rank (among
+        the step's candidates, best first), token_id, token, token_logprob (the processed
+        log-prob of the token after its parent), score (accumulated), normalized_score
+        (score / generated_length ** length_penalty), fate (kept / finished / rejected /
+        pruned / diversity / constraint), source (search / constraint / unpenalized),
+        beam (index of the running beam it became, else -1), slot (hypothesis-pool slot,
+        else -1), returned (on the path of a returned sequence), returned_row.
+
+        ``rejected``: it finished but the hypothesis pool did not take it; ``diversity``:
+        in the group's top candidates only without the diversity penalty; ``constraint``:
+        dropped by constrained beam search (EOS before the constraints were met, or ranked
+        out by the constraint banks).
+
+        >>> tree = out.trace.beam_tree()                   # doctest: +SKIP
+        >>> tree[tree.fate == "finished"].nlargest(3, "normalized_score")  # doctest: +SKIP
+        """
+        from .strategies.beam import FATES, SOURCES
+
+        frames = []
+        for rec in self._beam_records():
+            c = rec.info["candidates"]
+            frame = pd.DataFrame({
+                "step": rec.step,
+                "batch": c["batch"].numpy(),
+                "node": c["node"].numpy(),
+                "parent_node": c["parent_node"].numpy(),
+                "parent_beam": c["parent"].numpy(),
+                "rank": c["rank"].numpy(),
+                "token_id": c["token"].numpy(),
+                "token_logprob": c["token_logprob"].float().numpy(),
+                "score": c["score"].float().numpy(),
+                "normalized_score": c["normalized"].float().numpy(),
+                "fate": [FATES[i] for i in c["fate"].tolist()],
+                "source": [SOURCES[i] for i in c["source"].tolist()],
+                "beam": c["beam"].numpy(),
+                "slot": c["slot"].numpy(),
+            })
+            frames.append(frame)
+        tree = pd.concat(frames, ignore_index=True)
+        tree.insert(7, "token", [self.token_text(t) for t in tree.token_id.tolist()])
+        tree["returned"] = False
+        tree["returned_row"] = -1
+        parent_of = dict(zip(tree.node.tolist(), tree.parent_node.tolist()))
+        position = {node: i for i, node in enumerate(tree.node.tolist()) if node >= 0}
+        for row, node in enumerate(self.returned_nodes()):
+            while node >= 0 and node in position:
+                i = position[node]
+                if not tree.at[i, "returned"]:
+                    tree.at[i, "returned"] = True
+                    tree.at[i, "returned_row"] = row
+                node = parent_of[node]
+        if batch is not None:
+            tree = tree[tree.batch == batch].reset_index(drop=True)
+        return tree
+
+    def hypotheses(self, batch: int | None = None) -> pd.DataFrame:
+        """The pool of finished hypotheses after every step: step, batch, group, slot,
+        score (length-normalised), length (generated tokens), text, node."""
+        out = []
+        for rec in self._beam_records():
+            pool = rec.info.get("pool") or {}
+            if "entries" in pool:  # group / constrained: lists of finished hypotheses
+                for slot, e in enumerate(pool["entries"]):
+                    out.append({"step": rec.step, "batch": e["batch"], "group": e["group"],
+                                "slot": slot, "score": e["score"], "length": len(e["tokens"]),
+                                "text": self._join(e["tokens"]), "node": e["node"]})
+                continue
+            B, n = pool["score"].shape
+            for b in range(B):
+                for slot in range(n):
+                    if not bool(pool["finished"][b, slot]):
+                        continue
+                    length = int(pool["length"][b, slot])
+                    toks = pool["tokens"][b, slot, :length].tolist()
+                    out.append({"step": rec.step, "batch": b, "group": 0, "slot": slot,
+                                "score": float(pool["score"][b, slot]), "length": length,
+                                "text": self._join(toks), "node": int(pool["node"][b, slot])})
+        cols = ["step", "batch", "group", "slot", "score", "length", "text", "node"]
+        table = pd.DataFrame(out, columns=cols)
+        if batch is not None:
+            table = table[table.batch == batch].reset_index(drop=True)
+        return table
+
+    def early_stop(self) -> pd.DataFrame:
+        """The stopping decision after every step and input: the rule (early_stopping), the
+        generated length, and for beam search the best running score, the best score it
+        could still reach, the worst finished hypothesis and whether search goes on."""
+        out = []
+        for rec in self._beam_records():
+            es = rec.info.get("early_stop") or {}
+            if "best_possible" in es:
+                for b in range(len(es["best_possible"])):
+                    out.append({
+                        "step": rec.step, "batch": b, "rule": es["rule"],
+                        "generated_length": es["generated_length"],
+                        "best_running": float(es["best_running"][b]),
+                        "best_possible": float(es["best_possible"][b]),
+                        "worst_finished": float(es["worst_finished"][b]),
+                        "n_finished": int(es["n_finished"][b]),
+                        "improvable": bool(es["still_open"][b]), "done": es["done"],
+                    })
+            else:
+                flags = es.get("done_groups", es.get("done_inputs"))
+                for b in range(len(flags)):
+                    out.append({"step": rec.step, "batch": b, "rule": es["rule"],
+                                "generated_length": es["generated_length"],
+                                "input_done": bool(flags[b].all()), "done": es["done"]})
+        return pd.DataFrame(out)
+
+    def _join(self, token_ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return " ".join(str(t) for t in token_ids)
+        return self.tokenizer.decode([int(t) for t in token_ids])
+
     def __repr__(self) -> str:
         return f"Trace({len(self.records)} steps, stages={self.stages()})"

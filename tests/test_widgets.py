@@ -32,6 +32,12 @@ from genlab.widgets.render import prob_colour, token_spans
 from genlab.widgets.worker import Worker
 
 PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def is_png(image: widgets.Image) -> bool:
+    return bytes(image.value).startswith(PNG)
+
+
 WORDS = "a b c d e f g h i j k l m n o p q r s t".split()
 
 
@@ -88,8 +94,16 @@ def test_every_field_has_a_control_in_its_group():
 
 
 def test_a_new_field_appears_by_itself(monkeypatch):
-    spec = FieldSpec("brand_new_knob", "logits", "float", 0.5, min=0, max=1, step=0.1,
-                     help="added after the panel was written")
+    spec = FieldSpec(
+        "brand_new_knob",
+        "logits",
+        "float",
+        0.5,
+        min=0,
+        max=1,
+        step=0.1,
+        help="added after the panel was written",
+    )
     monkeypatch.setitem(config_module.FIELDS, "brand_new_knob", spec)
     panel = ConfigPanel()
     control = panel.controls["brand_new_knob"]
@@ -110,8 +124,11 @@ def test_control_types_follow_the_field_kinds():
     assert isinstance(c["do_sample"].input, widgets.Checkbox)
     assert isinstance(c["length_penalty"].input, widgets.FloatText)  # no bounds: a text box
     assert isinstance(c["pad_token_id"].input, widgets.IntText)  # token ids: typed
-    assert c["early_stopping"].input.options == (("False", False), ("True", True),
-                                                 ("never", "never"))
+    assert c["early_stopping"].input.options == (
+        ("False", False),
+        ("True", True),
+        ("never", "never"),
+    )
     assert isinstance(c["output_logits"].input, widgets.Dropdown)  # nullable bool
     for name in ("bad_words_ids", "sequence_bias", "stop_strings"):
         assert isinstance(c[name].input, widgets.Textarea), name
@@ -190,11 +207,18 @@ def test_parsers_report_what_is_wrong():
         parse_sequence_bias("1: x")
 
 
-@pytest.mark.parametrize("preset, mode", [
-    ("greedy", "greedy_search"), ("sampling", "sample"), ("nucleus", "sample"),
-    ("beam", "beam_search"), ("diverse beam", "group_beam_search"),
-    ("contrastive", "contrastive_search"), ("watermarked", "sample"),
-])
+@pytest.mark.parametrize(
+    "preset, mode",
+    [
+        ("greedy", "greedy_search"),
+        ("sampling", "sample"),
+        ("nucleus", "sample"),
+        ("beam", "beam_search"),
+        ("diverse beam", "group_beam_search"),
+        ("contrastive", "contrastive_search"),
+        ("watermarked", "sample"),
+    ],
+)
 def test_presets_set_their_mode_and_keep_the_length(preset, mode):
     panel = ConfigPanel(GenerationConfig(max_new_tokens=7, do_sample=True, top_k=3))
     panel.preset.value = preset
@@ -249,8 +273,9 @@ def test_save_and_load_generation_config_json(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     other.path.value = str(tmp_path / "bad.json")
     other.load_button.click()
-    assert "genlab-error" in other.file_status.value and "not a valid JSON" in \
-        other.file_status.value
+    assert (
+        "genlab-error" in other.file_status.value and "not a valid JSON" in other.file_status.value
+    )
     assert other.config.top_p == 0.8  # unchanged
 
 
@@ -356,8 +381,7 @@ def test_playground_error_keeps_the_last_result(classic):
 def test_playground_never_runs_two_generations_at_once(uniform):
     slow = SlowModel(uniform.model)
     lm = genlab.LM(slow, uniform.tokenizer)
-    pg = Playground(lm, "a", do_sample=True, max_new_tokens=15, run=False,
-                    auto_update=False)
+    pg = Playground(lm, "a", do_sample=True, max_new_tokens=15, run=False, auto_update=False)
     pg.update()
     time.sleep(0.05)
     pg.seed_box.value = 5
@@ -385,10 +409,10 @@ def test_playground_plots_are_pngs_drawn_on_demand(classic):
     pg = Playground(classic, "The")
     assert pg.probs_image.value == b""  # the Plots tab is closed: nothing drawn yet
     pg.show_plots()
-    assert pg.probs_image.value.tobytes().startswith(PNG) and pg.topk_image.value.tobytes().startswith(PNG)
+    assert is_png(pg.probs_image) and is_png(pg.topk_image)
     first = pg.topk_image.value
     pg.position.value = 1
-    assert pg.topk_image.value.tobytes().startswith(PNG) and pg.topk_image.value != first
+    assert is_png(pg.topk_image) and pg.topk_image.value != first
 
 
 # ----------------------------------------------------------------------------------------
@@ -406,7 +430,7 @@ def test_debugger_waterfall_reports_the_mass_each_stage_removed(classic):
     assert topk.tokens_kept == 2 and topk.removed_tokens == classic.info.vocab_size - 2
     assert table.top[0].startswith("'nice' 0.500, 'dog' 0.400, 'car' 0.100")
     assert [v for _, v in dbg.candidates.options] == [5, 6]
-    assert dbg.waterfall_image.value.tobytes().startswith(PNG)
+    assert is_png(dbg.waterfall_image)
 
 
 def test_debugger_force_rewind_fork_and_live_config(classic):
@@ -448,7 +472,7 @@ def test_compare_marks_the_first_divergence(classic):
     assert view.divergence == 0
     assert "outline" in view.text_views["no nice"].value
     assert "first different token at position 0" in view.summary_view.value
-    assert view.plot_image.value.tobytes().startswith(PNG)
+    assert is_png(view.plot_image)
     view.panels["no nice"].set("bad_words_ids", None)
     view.update(sync=True)
     assert view.divergence is None and "identical" in view.summary_view.value
@@ -457,8 +481,9 @@ def test_compare_marks_the_first_divergence(classic):
 
 
 def test_watermark_explorer_detects_its_watermark(uniform):
-    wm = WatermarkExplorer(uniform, "a b", {"bias": 6.0, "greenlist_ratio": 0.25},
-                           max_new_tokens=30)
+    wm = WatermarkExplorer(
+        uniform, "a b", {"bias": 6.0, "greenlist_ratio": 0.25}, max_new_tokens=30
+    )
     assert wm.error is None
     det = wm.detection.set_index("text")
     assert det.loc["watermarked", "z_score"] > 4 > det.loc["not watermarked", "z_score"]
@@ -467,7 +492,7 @@ def test_watermark_explorer_detects_its_watermark(uniform):
     assert g.chosen.sum() == 1 and bool(g[g.chosen].green.iloc[0]) == bool(wm.colours.green[0])
     assert (g[g.green].prob_after > g[g.green].prob_before).all()
     assert (g[~g.green].prob_after < g[~g.green].prob_before).all()
-    assert wm.z_image.value.tobytes().startswith(PNG) and wm.greenlist_image.value.tobytes().startswith(PNG)
+    assert is_png(wm.z_image) and is_png(wm.greenlist_image)
     assert "wm-green" in wm.text_view.value
     wm.position.value = 3
     assert wm.greenlist.chosen.sum() == 1

@@ -17,8 +17,9 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -60,7 +61,12 @@ FAMILIES: dict[str, Family] = {
         "n_positions",
     ),
 }
-MODEL_TYPES: dict[str, str] = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gpt2": "gpt2"}
+MODEL_TYPES: dict[str, str] = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
+    "gpt2": "gpt2",
+}
 
 
 def supported_model_types() -> list[str]:
@@ -88,7 +94,9 @@ def build_decoder(
     :class:`~genlab.models.gpt2.GPT2Decoder`.
     """
     if not isinstance(config, dict):
-        raise ValueError(f"config must be a dict (a parsed config.json); got {type(config).__name__}")
+        raise ValueError(
+            f"config must be a dict (a parsed config.json); got {type(config).__name__}"
+        )
     if not isinstance(state_dict, dict):
         raise ValueError(
             f"state_dict must be a dict of name -> tensor; got {type(state_dict).__name__}"
@@ -127,7 +135,9 @@ def select_tensors(
         else:
             found[key] = tensor
     if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        shown = ", ".join(missing[:8]) + (
+            f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        )
         raise ValueError(
             f"state_dict lacks {len(missing)} tensor(s) the config requires: {shown}. "
             "Check that the checkpoint matches config.json (layers, tied embeddings, biases)."

@@ -357,4 +357,3 @@ def _explicit_attention(q, k, v, mask, scale, past):
     scores = torch.where(causal, scores, lowest) + mask
     probs = torch.softmax(scores, dim=-1)
     return torch.matmul(probs, v), probs
-

@@ -204,8 +204,15 @@ def _check_rope_scaling(rope_scaling: Any) -> None:
             f"rope_scaling type {kind!r} is not supported by the built-in decoder; supported: "
             f"{list(SUPPORTED_ROPE_TYPES)} (load the model through transformers for others)"
         )
-    needed = {"linear": ["factor"], "llama3": ["factor", "low_freq_factor", "high_freq_factor",
-                                              "original_max_position_embeddings"]}
+    needed = {
+        "linear": ["factor"],
+        "llama3": [
+            "factor",
+            "low_freq_factor",
+            "high_freq_factor",
+            "original_max_position_embeddings",
+        ],
+    }
     missing = [k for k in needed.get(kind, []) if k not in rope_scaling]
     if missing:
         raise ValueError(f"rope_scaling of type {kind!r} lacks the field(s) {missing}")
@@ -355,7 +362,11 @@ def check_forward_inputs(
         raise ValueError(
             f"{model}: input_ids contains token id {bad}, outside the vocabulary [0, {vocab_size})"
         )
-    if not isinstance(logits_to_keep, int) or isinstance(logits_to_keep, bool) or logits_to_keep < 0:
+    if (
+        not isinstance(logits_to_keep, int)
+        or isinstance(logits_to_keep, bool)
+        or logits_to_keep < 0
+    ):
         raise ValueError(
             f"{model}: logits_to_keep={logits_to_keep!r} must be an integer >= 0 (0 keeps all)"
         )
@@ -380,7 +391,8 @@ def check_forward_inputs(
     ):
         shape = tuple(position_ids.shape) if isinstance(position_ids, torch.Tensor) else None
         raise ValueError(
-            f"{model}: position_ids has shape {shape}; expected (rows, new_len) = ({rows}, {new_len})"
+            f"{model}: position_ids has shape {shape}; expected (rows, new_len) = "
+            f"({rows}, {new_len})"
         )
     return past, attention_mask, position_ids
 
@@ -552,7 +564,9 @@ class LlamaDecoder:
                     o_weight_t=get(a + "o_proj.weight").contiguous().t(),
                     o_bias=maybe(a + "o_proj.bias"),
                     mlp_norm=get(p + "post_attention_layernorm.weight").contiguous(),
-                    gate_up_weight=torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")]),
+                    gate_up_weight=torch.cat(
+                        [get(m + "gate_proj.weight"), get(m + "up_proj.weight")]
+                    ),
                     gate_up_bias=gate_up_bias,
                     down_weight_t=get(m + "down_proj.weight").contiguous().t(),
                     down_bias=maybe(m + "down_proj.bias"),

@@ -352,7 +352,8 @@ class BeamSearch(Strategy):
         slot = torch.full((B, k + 1), -1, dtype=torch.long, device=dev)
         target = torch.where(from_candidates, best - n, torch.full_like(best, k))
         slot.scatter_(1, target, torch.arange(n, device=dev).expand(B, n))
-        slot = slot[:, :k]
+        # an unfinished candidate may fill an empty slot as a -1e9 placeholder: not a slot
+        slot = torch.where(just_finished, slot[:, :k], -1)
         fate = torch.full((B, k), PRUNED, dtype=torch.long, device=dev)
         fate[kept] = KEPT
         fate[just_finished & (slot < 0)] = REJECTED

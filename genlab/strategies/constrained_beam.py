@@ -181,6 +181,10 @@ class ConstrainedBeamSearch(BeamSearch):
                 values_l[b][0], length + 1, self.prompt_length, cfg.early_stopping,
                 cfg.length_penalty, cfg.max_length,
             )
+        for rec in traced:  # the constraints' proposals get trace node ids too
+            extra = rec.get("extra", [])
+            rec["extra_nodes"] = list(range(self.next_node, self.next_node + len(extra)))
+            self.next_node += len(extra)
         rows = new_rows.reshape(-1)
         self.beam_scores = new_scores.reshape(-1)
         if self.track:
@@ -241,7 +245,7 @@ class ConstrainedBeamSearch(BeamSearch):
                 if pos < len(rec["taken"]):
                     out[b * n + j] = int(nodes[b, rec["taken"][pos]])
                 else:
-                    out[b * n + j] = -1  # a constraint's proposal has no search node
+                    out[b * n + j] = rec["extra_nodes"][pos - len(rec["taken"])]
         return out
 
     def force(self, run, scores: torch.Tensor, token_id: int) -> Selection:
@@ -309,7 +313,7 @@ class ConstrainedBeamSearch(BeamSearch):
                 cols["rank"].append(k + e_i)
                 cols["parent"].append(row - b * n)
                 cols["parent_node"].append(int(self.running_nodes[row]))
-                cols["node"].append(-1)
+                cols["node"].append(rec["extra_nodes"][e_i])
                 cols["token"].append(int(e["token"]))
                 cols["token_logprob"].append(float(processed[row, int(e["token"])]))
                 cols["score"].append(score)

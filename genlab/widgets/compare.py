@@ -33,8 +33,10 @@ def _named_configs(configs) -> dict[str, dict | GenerationConfig]:
     elif isinstance(configs, Sequence) and not isinstance(configs, str):
         named = {f"config {i}": c for i, c in enumerate(configs)}
     else:
-        raise ValueError(f"configs must be a dict label -> settings or a list of settings, "
-                         f"got {type(configs).__name__}")
+        raise ValueError(
+            f"configs must be a dict label -> settings or a list of settings, "
+            f"got {type(configs).__name__}"
+        )
     if len(named) < 2:
         raise ValueError(f"configs must hold at least 2 settings to compare, got {len(named)}")
     return named
@@ -74,34 +76,51 @@ class CompareView(LiveView):
         for label, cfg in _named_configs(configs).items():
             base = cfg if isinstance(cfg, GenerationConfig) else None
             kwargs = {} if base is not None else dict(cfg)
-            panel = ConfigPanel(initial_config(lm, base, **kwargs), tokenizer=lm.tokenizer,
-                                vocab_size=lm.info.vocab_size, open_group=None,
-                                title=label)
+            panel = ConfigPanel(
+                initial_config(lm, base, **kwargs),
+                tokenizer=lm.tokenizer,
+                vocab_size=lm.info.vocab_size,
+                open_group=None,
+                title=label,
+            )
             panel.on_change(lambda p, names: self.on_input())
             view = widgets.HTML(text_block("<i>no result yet</i>"))
             view.add_class("genlab-result")
             settings = widgets.Accordion(children=[panel], titles=["settings"])
             settings.selected_index = None
-            columns.append(widgets.VBox(
-                [widgets.HTML(f"<b>{html.escape(label)}</b>"), view, settings],
-                layout=widgets.Layout(flex="1 1 0", min_width="260px", margin="0 6px")))
+            columns.append(
+                widgets.VBox(
+                    [widgets.HTML(f"<b>{html.escape(label)}</b>"), view, settings],
+                    layout=widgets.Layout(flex="1 1 0", min_width="260px", margin="0 6px"),
+                )
+            )
             self.panels[label], self.text_views[label] = panel, view
-        self.prompt_box = widgets.Textarea(value=prompt, rows=2, continuous_update=False,
-                                           layout=widgets.Layout(width="100%"))
+        self.prompt_box = widgets.Textarea(
+            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
+        )
         self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
-        self.seed_box = widgets.IntText(value=0 if seed is None else seed, description="seed",
-                                        layout=widgets.Layout(width="150px"))
+        self.seed_box = widgets.IntText(
+            value=0 if seed is None else seed,
+            description="seed",
+            layout=widgets.Layout(width="150px"),
+        )
         for box in (self.prompt_box, self.chat_box, self.seed_box):
             box.observe(self.on_input, names="value")
         self.plot_image = widgets.Image(format="png")
         self.summary_view = widgets.HTML()
         title = widgets.HTML(f"<b>genlab compare</b> &middot; {html.escape(str(lm.name))}")
-        super().__init__([
-            title, self.prompt_box, widgets.HBox([self.chat_box, self.seed_box]),
-            self.controls_row(), widgets.HTML(prob_legend()),
-            widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")),
-            self.summary_view, self.plot_image,
-        ])
+        super().__init__(
+            [
+                title,
+                self.prompt_box,
+                widgets.HBox([self.chat_box, self.seed_box]),
+                self.controls_row(),
+                widgets.HTML(prob_legend()),
+                widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")),
+                self.summary_view,
+                self.plot_image,
+            ]
+        )
         self.add_class("genlab-compare")
         if run:
             self.update(sync=True)
@@ -117,8 +136,13 @@ class CompareView(LiveView):
     def compute(self, job: Job) -> dict[str, Any]:
         out = {}
         for label, panel in self.panels.items():
-            run = start_run(self.lm, self.prompt_box.value, chat=self.chat_box.value,
-                            seed=self.seed_box.value, config=panel.config)
+            run = start_run(
+                self.lm,
+                self.prompt_box.value,
+                chat=self.chat_box.value,
+                seed=self.seed_box.value,
+                config=panel.config,
+            )
             out[label] = self.lm.result(self.drive(run, job))
         return out
 
@@ -133,11 +157,21 @@ class CompareView(LiveView):
             self.text_views[label].value = result_html(table, prompt=prompt, marks=marks)
         self.results, self.tables, self.divergence = results, tables, diverge
         self.result = results
-        rows = [{"config": label, "tokens": len(t), "sum_logprob": float(t.logprob.sum()),
-                 "mean_logprob": float(t.logprob.mean()) if len(t) else float("nan"),
-                 "mode": str(results[label].run.mode)} for label, t in tables.items()]
-        where = ("the texts are identical" if diverge is None
-                 else f"first different token at position {diverge} (outlined)")
+        rows = [
+            {
+                "config": label,
+                "tokens": len(t),
+                "sum_logprob": float(t.logprob.sum()),
+                "mean_logprob": float(t.logprob.mean()) if len(t) else float("nan"),
+                "mode": str(results[label].run.mode),
+            }
+            for label, t in tables.items()
+        ]
+        where = (
+            "the texts are identical"
+            if diverge is None
+            else f"first different token at position {diverge} (outlined)"
+        )
         self.summary_view.value = f"<div>{where}</div>" + frame_html(pd.DataFrame(rows))
         fig = compare_logprobs(list(results.values()), labels=list(results))
         self.plot_image.value = figure_png(fig)

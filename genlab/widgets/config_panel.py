@@ -116,7 +116,7 @@ class ConfigPanel(widgets.VBox):
         self.controls: dict[str, FieldControl] = {}
         self.groups = group_fields()
         pages = []
-        for group, names in self.groups.items():
+        for names in self.groups.values():
             boxes = []
             for name in names:
                 control = make_control(FIELDS[name], getattr(self.config, name, None), tokenizer)
@@ -131,23 +131,33 @@ class ConfigPanel(widgets.VBox):
             self.accordion.selected_index = list(self.groups).index(open_group)
 
         self.mode_label = widgets.HTML()
-        self.preset = widgets.Dropdown(options=["(preset)", *PRESETS], value="(preset)",
-                                       layout=widgets.Layout(width="150px"))
+        self.preset = widgets.Dropdown(
+            options=["(preset)", *PRESETS], value="(preset)", layout=widgets.Layout(width="150px")
+        )
         self.preset.observe(self._on_preset, names="value")
-        self.reset_button = widgets.Button(description="Reset", tooltip="back to the start",
-                                           layout=widgets.Layout(width="80px"))
+        self.reset_button = widgets.Button(
+            description="Reset", tooltip="back to the start", layout=widgets.Layout(width="80px")
+        )
         self.reset_button.on_click(lambda _: self.reset())
-        self.path = widgets.Text(value="generation_config.json",
-                                 layout=widgets.Layout(width="260px"),
-                                 tooltip="a generation_config.json file or a folder")
+        self.path = widgets.Text(
+            value="generation_config.json",
+            layout=widgets.Layout(width="260px"),
+            tooltip="a generation_config.json file or a folder",
+        )
         self.load_button = widgets.Button(description="Load", layout=widgets.Layout(width="70px"))
         self.save_button = widgets.Button(description="Save", layout=widgets.Layout(width="70px"))
         self.load_button.on_click(lambda _: self._file_action(self.load))
         self.save_button.on_click(lambda _: self._file_action(self.save))
         self.file_status = widgets.HTML()
         self.notes_label = widgets.HTML()
-        header = widgets.HBox([widgets.HTML(f"<b>{html.escape(title)}</b>"), self.preset,
-                               self.reset_button, self.mode_label])
+        header = widgets.HBox(
+            [
+                widgets.HTML(f"<b>{html.escape(title)}</b>"),
+                self.preset,
+                self.reset_button,
+                self.mode_label,
+            ]
+        )
         files = widgets.HBox([self.path, self.load_button, self.save_button, self.file_status])
         super().__init__([header, self.accordion, self.notes_label, files])
         self.add_class("genlab-config-panel")
@@ -162,8 +172,9 @@ class ConfigPanel(widgets.VBox):
         """Set a field as a person would: shown in its control, validated, applied.
         Returns True if the value was accepted."""
         if name not in self.controls:
-            raise ValueError(f"unknown config field {name!r}; fields are listed in "
-                             "genlab.config.FIELDS")
+            raise ValueError(
+                f"unknown config field {name!r}; fields are listed in genlab.config.FIELDS"
+            )
         self._sync(lambda: self.controls[name].show(value))
         return self._apply({name: value})
 
@@ -221,10 +232,12 @@ class ConfigPanel(widgets.VBox):
 
     def refresh(self) -> None:
         """Show the config's current values in every control."""
+
         def show_all():
             for name, control in self.controls.items():
                 control.show(getattr(self.config, name, None))
                 control.set_status()
+
         self._sync(show_all)
 
     def values(self) -> dict[str, Any]:
@@ -259,6 +272,7 @@ class ConfigPanel(widgets.VBox):
                 self._reject(name, str(err))
                 return
             self._apply({name: value})
+
         return handler
 
     def _apply(self, changes: dict[str, Any]) -> bool:
@@ -292,8 +306,10 @@ class ConfigPanel(widgets.VBox):
             fn(self, names)
 
     def _show_mode(self) -> None:
-        self.mode_label.value = (f'<span class="genlab-mode" style="margin-left:8px">mode: '
-                                 f"<b>{html.escape(self.mode)}</b></span>")
+        self.mode_label.value = (
+            f'<span class="genlab-mode" style="margin-left:8px">mode: '
+            f"<b>{html.escape(self.mode)}</b></span>"
+        )
 
     def _on_preset(self, change) -> None:
         if change["new"] in PRESETS:

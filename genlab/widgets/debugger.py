@@ -90,13 +90,18 @@ class StageMassTracer(Tracer):
     def mass_table(self, step: int, row: int = 0) -> pd.DataFrame:
         """Per stage of ``step``: tokens kept, tokens and probability mass removed."""
         if step not in self.masses:
-            raise ValueError(f"step must be one of the steps taken, 0..{len(self.steps) - 1}, "
-                             f"got {step}")
-        return pd.DataFrame([
-            {k: (v if k == "stage" else float(v[row]) if "mass" in k else int(v[row]))
-             for k, v in stage.items()}
-            for stage in self.masses[step]
-        ])
+            raise ValueError(
+                f"step must be one of the steps taken, 0..{len(self.steps) - 1}, got {step}"
+            )
+        return pd.DataFrame(
+            [
+                {
+                    k: (v if k == "stage" else float(v[row]) if "mass" in k else int(v[row]))
+                    for k, v in stage.items()
+                }
+                for stage in self.masses[step]
+            ]
+        )
 
 
 def waterfall_frame(trace, masses: pd.DataFrame, step: int, row: int = 0, k: int = 5):
@@ -104,14 +109,16 @@ def waterfall_frame(trace, masses: pd.DataFrame, step: int, row: int = 0, k: int
     out = []
     for stage in masses.itertuples(index=False):
         top = trace.topk(step, row=row, stage=stage.stage).sort_values("rank").head(k)
-        out.append({
-            "stage": stage.stage,
-            "tokens_kept": stage.tokens_kept,
-            "removed_tokens": stage.removed_tokens,
-            "removed_mass": stage.removed_mass,
-            "raw_mass_kept": stage.raw_mass_kept,
-            "top": ", ".join(f"{t!r} {p:.3f}" for t, p in zip(top.token, top.prob)),
-        })
+        out.append(
+            {
+                "stage": stage.stage,
+                "tokens_kept": stage.tokens_kept,
+                "removed_tokens": stage.removed_tokens,
+                "removed_mass": stage.removed_mass,
+                "raw_mass_kept": stage.raw_mass_kept,
+                "top": ", ".join(f"{t!r} {p:.3f}" for t, p in zip(top.token, top.prob)),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -152,27 +159,35 @@ class StepDebugger(widgets.VBox):
         self.runs: list[Run] = [run]
         self.run = run
 
-        self.panel = ConfigPanel(run.config, tokenizer=lm.tokenizer,
-                                 vocab_size=lm.info.vocab_size, open_group="logits",
-                                 title="Settings (take effect at the next step)")
+        self.panel = ConfigPanel(
+            run.config,
+            tokenizer=lm.tokenizer,
+            vocab_size=lm.info.vocab_size,
+            open_group="logits",
+            title="Settings (take effect at the next step)",
+        )
         self.step_button = widgets.Button(description="Step", button_style="primary")
         self.run_button = widgets.Button(description="Run")
         self.rewind_button = widgets.Button(description="Rewind")
-        self.rewind_count = widgets.BoundedIntText(value=1, min=1, max=10_000,
-                                                   layout=widgets.Layout(width="70px"))
+        self.rewind_count = widgets.BoundedIntText(
+            value=1, min=1, max=10_000, layout=widgets.Layout(width="70px")
+        )
         self.fork_button = widgets.Button(description="Fork")
-        self.run_picker = widgets.Dropdown(options=[("run 0", 0)], value=0,
-                                           description="run", layout=widgets.Layout(
-                                               width="160px"))
+        self.run_picker = widgets.Dropdown(
+            options=[("run 0", 0)], value=0, description="run", layout=widgets.Layout(width="160px")
+        )
         self.status = widgets.HTML()
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
-        self.candidates = widgets.Dropdown(options=[], description="candidate",
-                                           layout=widgets.Layout(width="320px"))
-        self.token_box = widgets.Text(placeholder="or type a token", layout=widgets.Layout(
-            width="180px"))
-        self.force_button = widgets.Button(description="Take this token",
-                                           tooltip="redo the current step with this token")
+        self.candidates = widgets.Dropdown(
+            options=[], description="candidate", layout=widgets.Layout(width="320px")
+        )
+        self.token_box = widgets.Text(
+            placeholder="or type a token", layout=widgets.Layout(width="180px")
+        )
+        self.force_button = widgets.Button(
+            description="Take this token", tooltip="redo the current step with this token"
+        )
         self.waterfall_view = widgets.HTML()
         self.waterfall_image = widgets.Image(format="png")
         self.history_view = widgets.HTML()
@@ -184,17 +199,29 @@ class StepDebugger(widgets.VBox):
         self.force_button.on_click(lambda _: self._guard(self.force, self._chosen_candidate()))
         self.run_picker.observe(lambda c: self._guard(self.select_run, c["new"]), names="value")
 
-        buttons = widgets.HBox([self.step_button, self.run_button, self.rewind_button,
-                                self.rewind_count, self.fork_button, self.run_picker])
+        buttons = widgets.HBox(
+            [
+                self.step_button,
+                self.run_button,
+                self.rewind_button,
+                self.rewind_count,
+                self.fork_button,
+                self.run_picker,
+            ]
+        )
         forcing = widgets.HBox([self.candidates, self.token_box, self.force_button])
         tabs = widgets.Tab(
-            children=[widgets.VBox([self.waterfall_view, self.waterfall_image, forcing]),
-                      self.history_view, self.panel],
-            titles=["Current step", "History", "Settings"])
-        title = widgets.HTML(f"<b>genlab step debugger</b> &middot; "
-                             f"{html.escape(str(lm.name))}")
-        super().__init__([title, buttons, self.status, self.text_view,
-                          widgets.HTML(prob_legend()), tabs])
+            children=[
+                widgets.VBox([self.waterfall_view, self.waterfall_image, forcing]),
+                self.history_view,
+                self.panel,
+            ],
+            titles=["Current step", "History", "Settings"],
+        )
+        title = widgets.HTML(f"<b>genlab step debugger</b> &middot; {html.escape(str(lm.name))}")
+        super().__init__(
+            [title, buttons, self.status, self.text_view, widgets.HTML(prob_legend()), tabs]
+        )
         self.add_class("genlab-debugger")
         self._render()
 
@@ -257,8 +284,9 @@ class StepDebugger(widgets.VBox):
     def text(self) -> str:
         """The generated text of the active run (first row)."""
         n = self.run.prompt_length
-        return self.lm.tokenizer.decode(self.run.sequences[0, n:].tolist(),
-                                        skip_special_tokens=True)
+        return self.lm.tokenizer.decode(
+            self.run.sequences[0, n:].tolist(), skip_special_tokens=True
+        )
 
     def history(self) -> pd.DataFrame:
         """One row per step taken: token, log-prob, prob, rank, entropy, forced, top."""
@@ -292,20 +320,33 @@ class StepDebugger(widgets.VBox):
     def _render(self) -> None:
         run, trace = self.run, self.run.tracer.trace
         steps = trace.steps()
-        prompt = None if self.chat else self.lm.tokenizer.decode(
-            run.sequences[0, : run.prompt_length].tolist(), skip_special_tokens=True)
+        prompt = (
+            None
+            if self.chat
+            else self.lm.tokenizer.decode(
+                run.sequences[0, : run.prompt_length].tolist(), skip_special_tokens=True
+            )
+        )
         if len(steps):
-            tips = [f"step {s}: p={p:.3f} rank {r}" + (" (forced)" if f else "")
-                    for s, p, r, f in zip(steps.step, steps.prob, steps["rank"], steps.forced)]
-            body = token_spans(list(steps.token), list(steps.prob), tips,
-                               marks=[i for i, f in enumerate(steps.forced) if f])
+            tips = [
+                f"step {s}: p={p:.3f} rank {r}" + (" (forced)" if f else "")
+                for s, p, r, f in zip(steps.step, steps.prob, steps["rank"], steps.forced)
+            ]
+            body = token_spans(
+                list(steps.token),
+                list(steps.prob),
+                tips,
+                marks=[i for i, f in enumerate(steps.forced) if f],
+            )
         else:
             body = ""
         self.text_view.value = text_block(body, prompt=prompt)
         state = "finished" if run.finished else "running"
-        self.status.value = message(f"step {run.step_index} · {run.mode} · {state}"
-                                    + (f" · {len(self.runs)} runs" if len(self.runs) > 1
-                                       else ""), "info")
+        self.status.value = message(
+            f"step {run.step_index} · {run.mode} · {state}"
+            + (f" · {len(self.runs)} runs" if len(self.runs) > 1 else ""),
+            "info",
+        )
         self.history_view.value = frame_html(steps)
         self._render_current(trace)
 
@@ -318,10 +359,14 @@ class StepDebugger(widgets.VBox):
             self.waterfall_image.value = b""
             self.candidates.options = []
             return
-        self.waterfall_view.value = (f"<b>step {step}</b>: the distribution after each stage"
-                                     + frame_html(self.waterfall_table(step)))
+        self.waterfall_view.value = (
+            f"<b>step {step}</b>: the distribution after each stage"
+            + frame_html(self.waterfall_table(step))
+        )
         self.waterfall_image.value = figure_png(waterfall(trace, step))
         final = trace.topk(step, stage="final").sort_values("rank")
         final = final[final.prob > 0]  # tokens a processor removed cannot be chosen
-        self.candidates.options = [(f"{t!r}  p={p:.3f}", int(i))
-                                   for t, p, i in zip(final.token, final.prob, final.token_id)]
+        self.candidates.options = [
+            (f"{t!r}  p={p:.3f}", int(i))
+            for t, p, i in zip(final.token, final.prob, final.token_id)
+        ]

@@ -102,35 +102,52 @@ class WatermarkExplorer(LiveView):
         config_kwargs.setdefault("do_sample", True)
         config_kwargs["watermarking_config"] = watermarking_config or WatermarkingConfig()
         cfg = initial_config(lm, **config_kwargs)
-        self.panel = ConfigPanel(cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size,
-                                 open_group="watermark")
+        self.panel = ConfigPanel(
+            cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, open_group="watermark"
+        )
         self.panel.on_change(lambda p, names: self.on_input())
-        self.prompt_box = widgets.Textarea(value=prompt, rows=2, continuous_update=False,
-                                           layout=widgets.Layout(width="100%"))
+        self.prompt_box = widgets.Textarea(
+            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
+        )
         self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
-        self.seed_box = widgets.IntText(value=0 if seed is None else seed, description="seed",
-                                        layout=widgets.Layout(width="150px"))
+        self.seed_box = widgets.IntText(
+            value=0 if seed is None else seed,
+            description="seed",
+            layout=widgets.Layout(width="150px"),
+        )
         for box in (self.prompt_box, self.chat_box, self.seed_box):
             box.observe(self.on_input, names="value")
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
         self.detection_view = widgets.HTML()
         self.z_image = widgets.Image(format="png")
-        self.position = widgets.IntSlider(value=0, min=0, max=0, description="position",
-                                          continuous_update=False)
+        self.position = widgets.IntSlider(
+            value=0, min=0, max=0, description="position", continuous_update=False
+        )
         self.position.observe(lambda _: self._guarded_greenlist(), names="value")
         self.greenlist_image = widgets.Image(format="png")
         self.greenlist_view = widgets.HTML()
-        tabs = widgets.Tab(children=[
-            widgets.VBox([self.text_view, self.detection_view]),
-            self.z_image,
-            widgets.VBox([self.position, self.greenlist_image, self.greenlist_view]),
-            self.panel,
-        ], titles=["Green / red", "Running z", "Green list", "Settings"])
-        title = widgets.HTML(f"<b>genlab watermark explorer</b> &middot; "
-                             f"{html.escape(str(lm.name))}")
-        super().__init__([title, self.prompt_box, widgets.HBox([self.chat_box, self.seed_box]),
-                          self.controls_row(), tabs])
+        tabs = widgets.Tab(
+            children=[
+                widgets.VBox([self.text_view, self.detection_view]),
+                self.z_image,
+                widgets.VBox([self.position, self.greenlist_image, self.greenlist_view]),
+                self.panel,
+            ],
+            titles=["Green / red", "Running z", "Green list", "Settings"],
+        )
+        title = widgets.HTML(
+            f"<b>genlab watermark explorer</b> &middot; {html.escape(str(lm.name))}"
+        )
+        super().__init__(
+            [
+                title,
+                self.prompt_box,
+                widgets.HBox([self.chat_box, self.seed_box]),
+                self.controls_row(),
+                tabs,
+            ]
+        )
         self.add_class("genlab-watermark-explorer")
         if run:
             self.update(sync=True)
@@ -147,12 +164,19 @@ class WatermarkExplorer(LiveView):
         wm = self.panel.config.watermarking_config
         if not isinstance(wm, WatermarkingConfig):
             kind = "SynthID" if isinstance(wm, SynthIDTextWatermarkingConfig) else "no"
-            raise ValueError(f"watermarking_config is {kind} watermark: the explorer shows the "
-                             "green-list watermark; choose 'green list' in Settings > "
-                             "Watermarking")
+            raise ValueError(
+                f"watermarking_config is {kind} watermark: the explorer shows the "
+                "green-list watermark; choose 'green list' in Settings > "
+                "Watermarking"
+            )
         inputs = dict(chat=self.chat_box.value, seed=self.seed_box.value)
-        run = start_run(self.lm, self.prompt_box.value, config=self.panel.config,
-                        tracer_class=ScoresBeforeWatermark, **inputs)
+        run = start_run(
+            self.lm,
+            self.prompt_box.value,
+            config=self.panel.config,
+            tracer_class=ScoresBeforeWatermark,
+            **inputs,
+        )
         result = self.lm.result(self.drive(run, job))
         plain = self.panel.config.copy()
         plain.watermarking_config = None
@@ -179,19 +203,22 @@ class WatermarkExplorer(LiveView):
         self.result, self.baseline, self.colours = result, baseline, colours
         self.detection = pd.concat(frames, ignore_index=True)
         self.text_view.value = (
-            "<b>watermarked</b>" + watermark_html(colours).html
-            + "<b>same prompt and seed, no watermark</b>" + watermark_html(base_colours).html)
+            "<b>watermarked</b>"
+            + watermark_html(colours).html
+            + "<b>same prompt and seed, no watermark</b>"
+            + watermark_html(base_colours).html
+        )
         self.detection_view.value = (
             "<b>detector</b> (whole sequence, prompt included, as the reference scores it)"
-            + frame_html(self.detection))
+            + frame_html(self.detection)
+        )
         fig = running_z(colours, title="running z-score: watermarked (generated tokens)")
         self.z_image.value = figure_png(fig)
         self.position.max = max(0, len(colours) - 1)
         self.position.value = min(self.position.value, self.position.max)
         self.show_greenlist()
         z = self.detection.z_score
-        self.status.value = message(f"z = {z[0]:.2f} with the watermark, {z[1]:.2f} without",
-                                    "ok")
+        self.status.value = message(f"z = {z[0]:.2f} with the watermark, {z[1]:.2f} without", "ok")
 
     # -- the green list at one position ---------------------------------------------------
     def show_greenlist(self, position: int | None = None, top: int = 20) -> pd.DataFrame:
@@ -206,8 +233,9 @@ class WatermarkExplorer(LiveView):
         run = self.result.run
         before = run.tracer.before.get(pos)
         if before is None:
-            raise ValueError(f"position must be a generated position 0..{len(run.tracer.before)-1}"
-                             f", got {pos}")
+            raise ValueError(
+                f"position must be a generated position 0..{len(run.tracer.before) - 1}, got {pos}"
+            )
         n = self.result.prompt_length
         context = self.result.sequences[0, : n + pos]
         table = greenlist_table(context, before, run.config.watermarking_config, top=top)
@@ -215,10 +243,14 @@ class WatermarkExplorer(LiveView):
         chosen = int(self.result.sequences[0, n + pos])
         table["chosen"] = table.id == chosen
         self.greenlist = table
-        self.greenlist_image.value = figure_png(greenlist_bars(
-            table, title=f"position {pos}: next-token probabilities before | after the bias"))
-        self.greenlist_view.value = frame_html(table[["token", "id", "green", "chosen",
-                                                      "prob_before", "prob_after"]])
+        self.greenlist_image.value = figure_png(
+            greenlist_bars(
+                table, title=f"position {pos}: next-token probabilities before | after the bias"
+            )
+        )
+        self.greenlist_view.value = frame_html(
+            table[["token", "id", "green", "chosen", "prob_before", "prob_after"]]
+        )
         return table
 
     def _guarded_greenlist(self) -> None:

@@ -87,8 +87,7 @@ def parse_token_ids(text: str, tokenizer=None, field: str = "token ids") -> list
             ids.append(int(item))
         except ValueError:
             raise ValueError(
-                f"`{field}`: {item!r} is neither a token id (int) nor quoted text such as "
-                f"'{item}'"
+                f"`{field}`: {item!r} is neither a token id (int) nor quoted text such as '{item}'"
             ) from None
     return ids
 
@@ -119,7 +118,9 @@ def parse_sequence_bias(text: str, tokenizer=None, field: str = "sequence_bias")
         if not line.strip():
             continue
         if ":" not in line:
-            raise ValueError(f"`{field}`: line {line!r} must read 'token ids: bias', e.g. '5 6: -2'")
+            raise ValueError(
+                f"`{field}`: line {line!r} must read 'token ids: bias', e.g. '5 6: -2'"
+            )
         keys, bias = line.rsplit(":", 1)
         try:
             value = float(bias)
@@ -135,8 +136,9 @@ def parse_sequence_bias(text: str, tokenizer=None, field: str = "sequence_bias")
 def format_sequence_bias(mapping) -> str:
     from ..config import normalize_sequence_bias
 
-    return "\n".join(f"{format_token_ids(k)}: {v:g}" for k, v in normalize_sequence_bias(
-        mapping).items())
+    return "\n".join(
+        f"{format_token_ids(k)}: {v:g}" for k, v in normalize_sequence_bias(mapping).items()
+    )
 
 
 def _escape(s: str) -> str:
@@ -183,8 +185,9 @@ class FieldControl:
         self.name = spec.name
         self.tokenizer = tokenizer
         self.status = widgets.HTML(layout=widgets.Layout(margin="0 0 0 6px"))
-        self.label = widgets.Label(spec.name, tooltip=self._tooltip(),
-                                   layout=widgets.Layout(width=LABEL_WIDTH))
+        self.label = widgets.Label(
+            spec.name, tooltip=self._tooltip(), layout=widgets.Layout(width=LABEL_WIDTH)
+        )
         self._build(value)
         self.box = self._layout_box()
         self.box.add_class("genlab-field")
@@ -242,21 +245,35 @@ class NumberControl(FieldControl):
         if bounds is not None:
             lo, hi = bounds
             if self.is_int:
-                self.input = widgets.IntSlider(value=int(start), min=int(lo), max=int(hi),
-                                               step=int(self.step), continuous_update=False,
-                                               layout=layout)
+                self.input = widgets.IntSlider(
+                    value=int(start),
+                    min=int(lo),
+                    max=int(hi),
+                    step=int(self.step),
+                    continuous_update=False,
+                    layout=layout,
+                )
             else:
                 self.input = widgets.FloatSlider(
-                    value=float(start), min=lo, max=hi, step=self.step, continuous_update=False,
-                    readout_format=f".{_decimals(self.step)}f", layout=layout)
+                    value=float(start),
+                    min=lo,
+                    max=hi,
+                    step=self.step,
+                    continuous_update=False,
+                    readout_format=f".{_decimals(self.step)}f",
+                    layout=layout,
+                )
         else:
             cls = widgets.IntText if self.is_int else widgets.FloatText
             self.input = cls(value=start, layout=layout)
         self.enabled = None
         if spec.nullable:
-            self.enabled = widgets.Checkbox(value=value is not None, indent=False,
-                                            tooltip="unchecked: None",
-                                            layout=widgets.Layout(width="24px"))
+            self.enabled = widgets.Checkbox(
+                value=value is not None,
+                indent=False,
+                tooltip="unchecked: None",
+                layout=widgets.Layout(width="24px"),
+            )
             self.input.disabled = value is None
 
     def slider_bounds(self, value) -> tuple[float, float] | None:
@@ -314,12 +331,15 @@ class BoolControl(FieldControl):
 
     def _build(self, value) -> None:
         if self.spec.nullable:
-            self.input = widgets.Dropdown(options=[("None", None), ("False", False),
-                                                   ("True", True)], value=value,
-                                          layout=widgets.Layout(width="100px"))
+            self.input = widgets.Dropdown(
+                options=[("None", None), ("False", False), ("True", True)],
+                value=value,
+                layout=widgets.Layout(width="100px"),
+            )
         else:
-            self.input = widgets.Checkbox(value=bool(value), indent=False,
-                                          layout=widgets.Layout(width="40px"))
+            self.input = widgets.Checkbox(
+                value=bool(value), indent=False, layout=widgets.Layout(width="40px")
+            )
 
     def read(self):
         return self.input.value
@@ -336,8 +356,9 @@ class ChoiceControl(FieldControl):
         if self.spec.nullable:
             options.insert(0, ("None", None))
         self._values = [v for _, v in options]
-        self.input = widgets.Dropdown(options=options, value=self._match(value),
-                                      layout=widgets.Layout(width="180px"))
+        self.input = widgets.Dropdown(
+            options=options, value=self._match(value), layout=widgets.Layout(width="180px")
+        )
 
     def _match(self, value):
         # Dropdown compares with ==, and True == 1: pick the option of the same type
@@ -371,8 +392,12 @@ class TextControl(FieldControl):
         kind = self.spec.kind
         cls = widgets.Textarea if kind in self.MULTILINE else widgets.Text
         rows = {"rows": 2} if cls is widgets.Textarea else {}
-        self.input = cls(placeholder=self.PLACEHOLDERS.get(kind, ""), continuous_update=False,
-                         layout=widgets.Layout(width=INPUT_WIDTH), **rows)
+        self.input = cls(
+            placeholder=self.PLACEHOLDERS.get(kind, ""),
+            continuous_update=False,
+            layout=widgets.Layout(width=INPUT_WIDTH),
+            **rows,
+        )
         self.show(value)
 
     def read(self):
@@ -442,24 +467,32 @@ def _as_list(value) -> list:
 class WatermarkControl(FieldControl):
     """Off / green list / SynthID, with the chosen scheme's own fields (from its specs)."""
 
-    SCHEMES = (("off", None), ("green list (Kirchenbauer)", "greenlist"),
-               ("SynthID text", "synthid"))
+    SCHEMES = (
+        ("off", None),
+        ("green list (Kirchenbauer)", "greenlist"),
+        ("SynthID text", "synthid"),
+    )
 
     def _build(self, value) -> None:
-        self.input = widgets.Dropdown(options=self.SCHEMES, value=self._scheme(value),
-                                      layout=widgets.Layout(width="220px"))
+        self.input = widgets.Dropdown(
+            options=self.SCHEMES, value=self._scheme(value), layout=widgets.Layout(width="220px")
+        )
         wm = value.to_dict() if isinstance(value, WatermarkingConfig) else {}
         sid = value.to_dict() if isinstance(value, SynthIDTextWatermarkingConfig) else {}
         self.sub = {
-            "greenlist": {n: make_control(s, wm.get(n, s.default), self.tokenizer)
-                          for n, s in WATERMARK_FIELDS.items()},
-            "synthid": {n: make_control(s, sid.get(n, SYNTHID_EXAMPLE.get(n, s.default)),
-                                        self.tokenizer)
-                        for n, s in SYNTHID_FIELDS.items()},
+            "greenlist": {
+                n: make_control(s, wm.get(n, s.default), self.tokenizer)
+                for n, s in WATERMARK_FIELDS.items()
+            },
+            "synthid": {
+                n: make_control(s, sid.get(n, SYNTHID_EXAMPLE.get(n, s.default)), self.tokenizer)
+                for n, s in SYNTHID_FIELDS.items()
+            },
         }
-        self.sub_boxes = {k: widgets.VBox([c.box for c in v.values()],
-                                          layout=widgets.Layout(margin="0 0 0 24px"))
-                          for k, v in self.sub.items()}
+        self.sub_boxes = {
+            k: widgets.VBox([c.box for c in v.values()], layout=widgets.Layout(margin="0 0 0 24px"))
+            for k, v in self.sub.items()
+        }
         self._show_scheme(self.input.value)
 
     def _scheme(self, value):

@@ -37,20 +37,33 @@ def initial_config(lm, config: GenerationConfig | None = None, **overrides) -> G
         config = GenerationConfig.from_dict(defaults) if defaults else GenerationConfig()
     else:
         config = config.copy()
-    if "max_new_tokens" not in overrides and "max_length" not in overrides \
-            and config.max_new_tokens is None:
+    if (
+        "max_new_tokens" not in overrides
+        and "max_length" not in overrides
+        and config.max_new_tokens is None
+    ):
         overrides["max_new_tokens"] = 20
     with WARNINGS_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         unused = config.update(**overrides)
     if unused:
-        raise ValueError(f"unknown generation settings: {', '.join(sorted(unused))}; see "
-                         "genlab.config.FIELDS for the field names")
+        raise ValueError(
+            f"unknown generation settings: {', '.join(sorted(unused))}; see "
+            "genlab.config.FIELDS for the field names"
+        )
     return config
 
 
-def start_run(lm, prompt, *, chat: bool, seed: int | None, config: GenerationConfig,
-              trace_top_k: int = 10, tracer_class=None) -> Run:
+def start_run(
+    lm,
+    prompt,
+    *,
+    chat: bool,
+    seed: int | None,
+    config: GenerationConfig,
+    trace_top_k: int = 10,
+    tracer_class=None,
+) -> Run:
     """A traced Run of ``lm`` on ``prompt`` with a private copy of ``config``. Warnings of
     the set-up are kept in ``run.setup_warnings``; ``tracer_class`` replaces the Tracer."""
     if isinstance(prompt, str) and not prompt.strip() and not chat:
@@ -58,9 +71,17 @@ def start_run(lm, prompt, *, chat: bool, seed: int | None, config: GenerationCon
     ids, mask = lm.encode(prompt, chat=chat)
     with WARNINGS_LOCK, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run = Run(lm.model, input_ids=ids, attention_mask=mask, tokenizer=lm.tokenizer,
-                  generation_config=config.copy(), trace={"top_k": trace_top_k}, seed=seed,
-                  return_dict_in_generate=True, output_scores=True)
+        run = Run(
+            lm.model,
+            input_ids=ids,
+            attention_mask=mask,
+            tokenizer=lm.tokenizer,
+            generation_config=config.copy(),
+            trace={"top_k": trace_top_k},
+            seed=seed,
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
     if tracer_class is not None:
         run.tracer = tracer_class(run, top_k=trace_top_k)
     run.setup_warnings = [str(w.message) for w in caught]
@@ -82,17 +103,18 @@ class LiveView(widgets.VBox):
         self.worker = Worker(self._job, debounce=debounce)
         self.generate_button = widgets.Button(description="Generate", button_style="primary")
         self.stop_button = widgets.Button(description="Stop", button_style="warning")
-        self.auto_box = widgets.Checkbox(value=auto_update, description="auto-update",
-                                         indent=False)
-        self.progress = widgets.IntProgress(value=0, min=0, max=1,
-                                            layout=widgets.Layout(width="160px"))
+        self.auto_box = widgets.Checkbox(value=auto_update, description="auto-update", indent=False)
+        self.progress = widgets.IntProgress(
+            value=0, min=0, max=1, layout=widgets.Layout(width="160px")
+        )
         self.status = widgets.HTML()
         self.generate_button.on_click(lambda _: self.update())
         self.stop_button.on_click(lambda _: self.stop())
 
     def controls_row(self) -> widgets.HBox:
-        return widgets.HBox([self.generate_button, self.stop_button, self.auto_box,
-                             self.progress, self.status])
+        return widgets.HBox(
+            [self.generate_button, self.stop_button, self.auto_box, self.progress, self.status]
+        )
 
     # -- to implement ----------------------------------------------------------------------
     def compute(self, job: Job) -> Any:

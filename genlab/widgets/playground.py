@@ -57,8 +57,7 @@ def result_html(table: pd.DataFrame, prompt: str | None = None, marks=()) -> str
         f"{tok!r}  p={p:.3f}  logp={lp:.3f}"
         + (f"  rank {int(r)}" if r is not None and r == r else "")
         + (f"\ntop: {top}" if top else "")
-        for tok, p, lp, r, top in zip(tokens, table.prob, table.logprob, table["rank"],
-                                      table.top)
+        for tok, p, lp, r, top in zip(tokens, table.prob, table.logprob, table["rank"], table.top)
     ]
     return text_block(token_spans(tokens, list(table.prob), titles, marks), prompt=prompt)
 
@@ -100,17 +99,22 @@ class Playground(LiveView):
 
         cfg = initial_config(lm, config, **config_kwargs)
         self.panel = ConfigPanel(cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size)
-        self.prompt_box = widgets.Textarea(value=prompt, rows=2, continuous_update=False,
-                                           layout=widgets.Layout(width="100%"))
+        self.prompt_box = widgets.Textarea(
+            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
+        )
         self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
-        self.seed_box = widgets.IntText(value=0 if seed is None else seed, description="seed",
-                                        layout=widgets.Layout(width="150px"))
+        self.seed_box = widgets.IntText(
+            value=0 if seed is None else seed,
+            description="seed",
+            layout=widgets.Layout(width="150px"),
+        )
         self.text_view = widgets.HTML(text_block("<i>no result yet</i>"))
         self.text_view.add_class("genlab-result")
         self.table_view = widgets.HTML()
         self.probs_image = widgets.Image(format="png")
-        self.position = widgets.IntSlider(value=0, min=0, max=0, description="position",
-                                          continuous_update=False)
+        self.position = widgets.IntSlider(
+            value=0, min=0, max=0, description="position", continuous_update=False
+        )
         self.topk_image = widgets.Image(format="png")
 
         for box in (self.prompt_box, self.chat_box, self.seed_box):
@@ -129,8 +133,10 @@ class Playground(LiveView):
         plots = widgets.VBox([self.probs_image, self.position, self.topk_image])
         self.tabs = widgets.Tab(children=[self.table_view, plots], titles=["Tokens", "Plots"])
         self.tabs.observe(lambda _: self._show_plots(), names="selected_index")
-        results = widgets.VBox([self.text_view, widgets.HTML(prob_legend()), self.tabs],
-                               layout=widgets.Layout(flex="1 1 420px", min_width="380px"))
+        results = widgets.VBox(
+            [self.text_view, widgets.HTML(prob_legend()), self.tabs],
+            layout=widgets.Layout(flex="1 1 420px", min_width="380px"),
+        )
         self.panel.layout = widgets.Layout(flex="0 1 720px", min_width="420px")
         body = widgets.HBox([results, self.panel], layout=widgets.Layout(flex_flow="row wrap"))
         return [title, self.prompt_box, options, self.controls_row(), body]
@@ -145,9 +151,14 @@ class Playground(LiveView):
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
-        run = start_run(self.lm, self.prompt_box.value, chat=self.chat_box.value,
-                        seed=self.seed_box.value, config=self.panel.config,
-                        trace_top_k=self.trace_top_k)
+        run = start_run(
+            self.lm,
+            self.prompt_box.value,
+            chat=self.chat_box.value,
+            seed=self.seed_box.value,
+            config=self.panel.config,
+            trace_top_k=self.trace_top_k,
+        )
         self.drive(run, job)
         return self.lm.result(run)
 

@@ -70,8 +70,12 @@ class Worker:
             self._count += 1
             job = self._job = Job(self._count)
             if not sync:
-                job.thread = threading.Thread(target=self._execute, args=(job, previous),
-                                              daemon=True, name=f"genlab-job-{job.number}")
+                job.thread = threading.Thread(
+                    target=self._execute,
+                    args=(job, previous),
+                    daemon=True,
+                    name=f"genlab-job-{job.number}",
+                )
                 job.thread.start()
                 return None
         return self._execute(job, previous)
@@ -97,8 +101,11 @@ class Worker:
         return self._job is job
 
     def _execute(self, job: Job, previous: Job | None) -> Any:
-        if previous is not None and previous.thread is not None \
-                and previous.thread is not threading.current_thread():
+        if (
+            previous is not None
+            and previous.thread is not None
+            and previous.thread is not threading.current_thread()
+        ):
             previous.thread.join()
         if job.cancelled.is_set() and not job.stopped:
             return None  # replaced before it started

@@ -22,9 +22,17 @@ from playwright.sync_api import sync_playwright
 BASE, NB, ARTIFACTS = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 MODE = sys.argv[4] if len(sys.argv) > 4 else "normal"
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 PROMPTS = ".jp-NotebookPanel .jp-CodeCell .jp-InputPrompt"
 ALL_RAN = f"""() => {{ const p = [...document.querySelectorAll('{PROMPTS}')];
   return p.length > 0 && p.every(e => /\\[\\d+\\]/.test(e.textContent)); }}"""
@@ -42,9 +50,11 @@ def open_notebook(ctx, page, t0: float) -> None:
     and wait until its kernel has been the same and idle for 3 s."""
     ctx.request.get(f"{BASE}/lab")
     xsrf = next(c["value"] for c in ctx.cookies() if c["name"] == "_xsrf")
-    r = ctx.request.post(f"{BASE}/api/sessions", headers={"X-XSRFToken": xsrf},
-                         data={"path": NB, "name": Path(NB).name, "type": "notebook",
-                               "kernel": {"name": "python3"}})
+    r = ctx.request.post(
+        f"{BASE}/api/sessions",
+        headers={"X-XSRFToken": xsrf},
+        data={"path": NB, "name": Path(NB).name, "type": "notebook", "kernel": {"name": "python3"}},
+    )
     assert r.ok, r.text()
     page.goto(f"{BASE}/lab/tree/{NB}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
@@ -99,7 +109,9 @@ def move_slider(page, presses: int = 4) -> dict:
     page.wait_for_function(
         """([sel, old]) => { const e = document.querySelector(sel);
              return e && e.innerText !== old; }""",
-        arg=[RESULT, before], timeout=60_000)
+        arg=[RESULT, before],
+        timeout=60_000,
+    )
     latency = time.time() - t
     page.wait_for_timeout(300)
     return {
@@ -121,8 +133,12 @@ def main() -> int:
     res: dict = {"mode": MODE}
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1280, "height": 1400})
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1280, "height": 1400},
+        )
         console: list[str] = []
         page = ctx.pages[0] if ctx.pages else ctx.new_page()
         page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
@@ -137,18 +153,25 @@ def main() -> int:
                 print("no rendered Playground result:", str(err).splitlines()[0])
             page.wait_for_timeout(500)
             out = "\n".join(page.locator(".jp-NotebookPanel .jp-OutputArea").all_inner_texts())
-            res.update({
-                "playground_views": page.locator(".genlab-playground").count(),
-                "result_tokens": page.locator(f"{RESULT} .genlab-token").count(),
-                "slider_views": page.locator(".genlab-playground .widget-slider").count(),
-                "error_displaying_widget": "Error displaying widget" in out,
-                "text_fallbacks": [t for t in TEXT_FALLBACKS if t in out],
-                "kernel_printed_ready": "PLAYGROUND_READY" in out,
-            })
+            res.update(
+                {
+                    "playground_views": page.locator(".genlab-playground").count(),
+                    "result_tokens": page.locator(f"{RESULT} .genlab-token").count(),
+                    "slider_views": page.locator(".genlab-playground .widget-slider").count(),
+                    "error_displaying_widget": "Error displaying widget" in out,
+                    "text_fallbacks": [t for t in TEXT_FALLBACKS if t in out],
+                    "kernel_printed_ready": "PLAYGROUND_READY" in out,
+                }
+            )
             page.screenshot(path=str(ARTIFACTS / f"playground_before{suffix}.png"))
-            rendered = (res["playground_views"] == 1 and res["result_tokens"] > 0
-                        and res["slider_views"] > 0 and not res["error_displaying_widget"]
-                        and not res["text_fallbacks"] and res["kernel_printed_ready"])
+            rendered = (
+                res["playground_views"] == 1
+                and res["result_tokens"] > 0
+                and res["slider_views"] > 0
+                and not res["error_displaying_widget"]
+                and not res["text_fallbacks"]
+                and res["kernel_printed_ready"]
+            )
             res["rendered"] = rendered
             if rendered:
                 res.update(move_slider(page))
@@ -162,8 +185,9 @@ def main() -> int:
             ctx.close()
     res["secs_total"] = round(time.time() - t0, 1)
     print(json.dumps(res, indent=1))
-    changed = (res.get("readout_after") not in (None, res.get("readout_before"))
-               and res.get("text_after") not in (None, res.get("text_before")))
+    changed = res.get("readout_after") not in (None, res.get("readout_before")) and res.get(
+        "text_after"
+    ) not in (None, res.get("text_before"))
     ok = bool(res.get("rendered")) and changed
     print("PLAYGROUND_WIDGETS_OK" if ok else "PLAYGROUND_WIDGETS_FAILED")
     return 0 if ok else 1
