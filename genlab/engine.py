@@ -69,7 +69,12 @@ def prepare_config(model, generation_config=None, use_model_defaults=None, **kwa
     """
     from .config import GenerationConfig
 
-    defaults = dict(model.info.generation_defaults or {})
+    info = model.info
+    defaults = dict(info.generation_defaults or {})
+    # a model without a generation_config.json still knows its special tokens
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
+        if defaults.get(key) is None and getattr(info, key, None) is not None:
+            defaults[key] = getattr(info, key)
     if generation_config is None:
         config = GenerationConfig.from_dict(defaults) if defaults else GenerationConfig()
     else:
@@ -206,6 +211,21 @@ class Run:
             input_ids = unused.pop("input_ids", None) if "input_ids" in unused else inputs
         if attention_mask is None:
             attention_mask = unused.pop("attention_mask", None)
+        # encoder-decoder models: run the encoder once; the Run then works on the decoder
+        self.encdec = None
+        if self.info.is_encoder_decoder:
+            from .encdec import prepare_encoder_decoder
+
+            self.encdec = prepare_encoder_decoder(
+                self.model, config, input_ids, attention_mask, unused,
+                device=getattr(self.model, "device", None),
+            )
+            input_ids = self.encdec.decoder_input_ids
+            attention_mask = self.encdec.decoder_attention_mask
+        elif unused:
+            from .encdec import check_decoder_only_inputs
+
+            check_decoder_only_inputs(unused, self.info.architecture or self.info.name)
         if unused:
             raise ValueError(
                 f"unknown generate() arguments: {', '.join(sorted(unused))}. They are neither "
@@ -256,6 +276,8 @@ class Run:
         self._config_seen: dict | None = None
         self._refresh_config()
         expand = self.strategy.rows_per_input(self.gen_config)
+        if self.encdec is not None:
+            self.encdec.expand(expand)
         self.sequences = ids.repeat_interleave(expand, dim=0)
         self.attention_mask = mask.to(self.device).repeat_interleave(expand, dim=0)
         self.cache = self.model.new_cache(self.sequences.shape[0])
@@ -263,6 +285,7 @@ class Run:
         self._scores: list[torch.Tensor] = []
         self._logits: list[torch.Tensor] = []
         self._attentions: list[Any] = []
+        self._cross: list[Any] = []  # cross-attentions (encoder-decoder models)
         self._hidden: list[Any] = []
         self._forced: list[int] = []
         self._pending_selection_info: dict | None = None
@@ -346,7 +369,8 @@ class Run:
         self.processors = build_processors(
             cfg,
             input_ids_seq_length=self.prompt_length,
-            encoder_input_ids=self.input_ids,
+            encoder_input_ids=self.input_ids if self.encdec is None
+            else self.encdec.encoder_input_ids,
             prefix_allowed_tokens_fn=self.prefix_allowed_tokens_fn,
             logits_processor=self.user_processors,
             model=self.model,
@@ -466,8 +490,8 @@ class Run:
         other.registry = self.registry.copy()
         other.sequences = self.sequences.clone()
         other.attention_mask = self.attention_mask.clone()
-        for name in ("_scores", "_logits", "_attentions", "_hidden", "_forced", "history",
-                     "_snapshots"):
+        for name in ("_scores", "_logits", "_attentions", "_cross", "_hidden", "_forced",
+                     "history", "_snapshots"):
             setattr(other, name, list(getattr(self, name)))
         other._config_seen = dict(self._config_seen)
         other._rng = None if self._rng is None else self._rng.clone()
@@ -515,6 +539,7 @@ class Run:
             logits_to_keep=1,
             output_attentions=bool(cfg.output_attentions),
             output_hidden_states=bool(cfg.output_hidden_states),
+            **(self.encdec.step_inputs() if self.encdec is not None else {}),
         )
 
     @torch.no_grad()
@@ -551,6 +576,8 @@ class Run:
                 self._logits.append(logits)
             if cfg.output_attentions:
                 self._attentions.append(out.attentions)
+                if self.encdec is not None:
+                    self._cross.append(getattr(out, "cross_attentions", None))
             if cfg.output_hidden_states:
                 self._hidden.append(out.hidden_states)
 
@@ -618,7 +645,7 @@ class Run:
             logprobs = torch.log_softmax(scores.float(), dim=-1).gather(1, sel.tokens[:, None])[:, 0]
         text = None
         if self.tokenizer is not None:
-            text = self.tokenizer.convert_ids_to_tokens(sel.tokens.tolist())
+            text = self.tokenizer.convert_ids_to_tokens(sel.tokens.reshape(-1).tolist())
         return Step(idx, sel.tokens, sel.parents, logprobs, done, forced, text, sel.info)
 
     def _finish(self) -> None:
@@ -644,9 +671,13 @@ class Run:
                 past_key_values=past,
             )
             common.update(fields)
-            cls = (outputs.GenerateBeamDecoderOnlyOutput if "beam_indices" in fields
-                   else outputs.GenerateDecoderOnlyOutput)
-            out = cls(**common)
+            if self.encdec is not None:  # decoder_* / cross / encoder_* field names
+                cross = tuple(self._cross) if cfg.output_attentions else None
+                out = self.encdec.build_output(cfg, common, cross)
+            else:
+                cls = (outputs.GenerateBeamDecoderOnlyOutput if "beam_indices" in fields
+                       else outputs.GenerateDecoderOnlyOutput)
+                out = cls(**common)
         if self.registry:
             out = self.registry.fire("finish", out, self.step_index)
         return out
@@ -668,7 +699,7 @@ class Run:
         self.attention_mask = snap.extra["attention_mask"]
         self.cache.crop(snap.cache_len)
         self.strategy.set_state(snap.strategy)
-        for name in ("_scores", "_logits", "_attentions", "_hidden"):
+        for name in ("_scores", "_logits", "_attentions", "_cross", "_hidden"):
             del getattr(self, name)[snap.n_recorded:]
         if self._rng is not None:
             self._rng = snap.rng.clone()
@@ -684,7 +715,7 @@ class Run:
         self.sequences = init.extra["sequences"]
         self.attention_mask = init.extra["attention_mask"]
         self.strategy.set_state(init.strategy)
-        for name in ("_scores", "_logits", "_attentions", "_hidden"):
+        for name in ("_scores", "_logits", "_attentions", "_cross", "_hidden"):
             getattr(self, name).clear()
         if self._rng is not None:
             self._rng = init.rng.clone()

@@ -57,9 +57,12 @@ class GenerationResult:
         vals = ts[row].tolist()
         tok = self.run.tokenizer
         rows = []
+        eos = set(self.run.eos_token_ids)
         for i, (tid, lp) in enumerate(zip(ids, vals)):
             if beam_indices is not None and int(beam_indices[row, i]) < 0:
                 break
+            if i and ids[i - 1] in eos:
+                break  # the row had finished: the rest is padding
             rows.append({"step": i, "token_id": tid,
                          "token": tok.decode([tid]) if tok is not None else str(tid),
                          "logprob": lp, "prob": float(torch.tensor(lp).exp())})
