@@ -266,10 +266,13 @@ class Run:
             )
         self.batch_size = ids.shape[0]
         self.input_ids = ids
-        if streamer is not None:
+        if streamer is not None and getattr(streamer, "is_beam_streamer", False):
+            streamer.attach(self)  # a step_end hook: it reads the beams, put() is not used
+            self.streamer = None
+        elif streamer is not None:
             if config.num_beams > 1:
-                raise ValueError("streamer cannot be used with beam search: use a BeamStreamer "
-                                 "hook or num_beams=1")
+                raise ValueError("streamer cannot be used with beam search: use a "
+                                 "genlab.streamers.BeamStreamer or num_beams=1")
             streamer.put(ids.cpu())
 
         # -- config-dependent parts (rebuilt when the config changes between steps) --------
@@ -543,11 +546,11 @@ class Run:
         )
 
     @torch.no_grad()
-    @torch.no_grad()
     def _step(self, want_record: bool) -> Step | None:
         if self._rng is not None:
             torch.set_rng_state(self._rng)
         self._refresh_config()
+        self._output = None  # a partial output read mid-run is stale after this step
         if self.keep_history:
             self._snapshots.append(self._snapshot())
         registry, tracer, idx = self.registry, self.tracer, self.step_index

@@ -4,6 +4,7 @@ tables and error messages. Models are hand-written TableLMs (instant, exact numb
 from __future__ import annotations
 
 import html
+import math
 import threading
 import time
 
@@ -18,7 +19,7 @@ from genlab.models.table import TableLM
 from genlab.widgets.compare import CompareView
 from genlab.widgets.config_panel import GROUP_TITLES, PRESETS, ConfigPanel
 from genlab.widgets.debugger import StepDebugger
-from genlab.widgets.explorers import WatermarkExplorer, generated_colours
+from genlab.widgets.explorers import BeamExplorer, WatermarkExplorer, generated_colours
 from genlab.widgets.fields import (
     NumberControl,
     TextControl,
@@ -356,11 +357,11 @@ def test_playground_follows_its_controls(classic):
 
 
 def test_playground_debounces_quick_changes(uniform):
-    pg = Playground(uniform, "a", debounce=0.15, do_sample=True, max_new_tokens=5)
+    pg = Playground(uniform, "a", debounce=0.4, do_sample=True, max_new_tokens=5)
     for seed in (1, 2, 3):
         pg.seed_box.value = seed
     pg.panel.set("max_new_tokens", 6)
-    time.sleep(0.3)
+    time.sleep(0.6)
     pg.wait()
     assert pg.version == 2  # one generation for four quick changes
     assert len(pg.table) == 6 and "seed 3" in pg.status.value
@@ -506,3 +507,37 @@ def test_generated_colours_score_only_generated_tokens():
     table = generated_colours(seq, 3, WatermarkingConfig(), None, 20)
     assert table.position.tolist() == [0, 1, 2] and table.scored.all()
     assert table.id.tolist() == [7, 8, 9]
+
+
+# ----------------------------------------------------------------------------------------
+# BeamExplorer
+# ----------------------------------------------------------------------------------------
+def test_beam_explorer_shows_tree_pool_and_early_stop(classic):
+    bx = BeamExplorer(classic, "The", num_beams=2)
+    assert bx.error is None and bx.result.texts == ["dog has"]
+    assert "dog has" in bx.outcome_view.value and "-0.341" in bx.outcome_view.value
+    assert bx.step_slider.max == 2 and bx.step_slider.value == 2
+    assert bx.pool.text.tolist() == ["dog has <eos>", "nice woman <eos>"]
+    expected = [math.log(0.4 * 0.9) / 3, math.log(0.5 * 0.4) / 3]  # sum of log-probs / length
+    assert bx.pool.score.tolist() == pytest.approx(expected, abs=1e-5)
+    assert bx.early.done.tolist() == [True] and bx.early.improvable.tolist() == [False]
+    first = bx.show_step(0)
+    assert first.text.tolist()[:3] == ["nice", "dog", "car"]
+    assert first.fate.tolist()[:3] == ["kept", "kept", "pruned"]
+    assert bx.pool.empty and bx.early.done.tolist() == [False]
+    assert is_png(bx.tree_image) and "candidates at step 0" in bx.candidates_view.value
+    bx.step_slider.value = 1
+    assert bx.candidates.text.tolist()[:2] == ["dog has", "nice woman"]
+    bx.panel.set("num_beams", 1)
+    bx.update(sync=True)
+    assert bx.error.startswith("ValueError: num_beams must be >= 2")
+    assert bx.result.texts == ["dog has"]  # the last good result stays
+
+
+def test_playground_beam_mode_uses_the_returned_sequence(classic):
+    pg = Playground(classic, "The", num_beams=2)
+    assert pg.result.text == "dog has" and pg.error is None
+    assert pg.table.token.tolist() == ["dog", "has", "<eos>"]
+    assert pg.table.prob.round(4).tolist() == [0.4, 0.9, 1.0]
+    pg.show_plots()
+    assert pg.probs_image.value == b""  # per-token plots are for token-by-token modes

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import html
-import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,7 @@ import ipywidgets as widgets
 
 from ..config import FIELDS, GROUPS, GenerationConfig, WatermarkingConfig
 from .fields import FieldControl, make_control
-from .render import message
+from .render import WARNINGS_LOCK, message
 
 #: Titles of the groups, as the reference's documentation names them.
 GROUP_TITLES = {
@@ -56,10 +55,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "watermarked": {"do_sample": True, "watermarking_config": WatermarkingConfig()},
 }
 PRESET_RESETS_GROUPS = ("strategy", "logits", "watermark")
-
-#: Held while warnings are caught (catch_warnings swaps module-wide state, so two threads
-#: must not do it at once); the Playground's worker takes it too.
-WARNINGS_LOCK = threading.RLock()
 
 
 def validate_quietly(config: GenerationConfig, vocab_size: int | None = None):

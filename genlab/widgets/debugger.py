@@ -108,7 +108,8 @@ def waterfall_frame(trace, masses: pd.DataFrame, step: int, row: int = 0, k: int
     """One row per stage: tokens kept, mass removed, and the top ``k`` tokens after it."""
     out = []
     for stage in masses.itertuples(index=False):
-        top = trace.topk(step, row=row, stage=stage.stage).sort_values("rank").head(k)
+        top = trace.topk(step, row=row, stage=stage.stage).sort_values("rank")
+        top = top[top.prob > 0].head(k)  # tokens this stage removed are not "top"
         out.append(
             {
                 "stage": stage.stage,

@@ -260,3 +260,206 @@ class WatermarkExplorer(LiveView):
             self.show_greenlist()
         except Exception as err:  # shown in the widget
             self._fail(err)
+
+
+def node_paths(tree: pd.DataFrame) -> dict[int, list[int]]:
+    """Token ids from the prompt to each node of ``trace.beam_tree()`` (node -> ids)."""
+    parent = dict(zip(tree.node.tolist(), tree.parent_node.tolist()))
+    token = dict(zip(tree.node.tolist(), tree.token_id.tolist()))
+    paths: dict[int, list[int]] = {}
+
+    def path(node: int) -> list[int]:
+        if node < 0 or node not in token:
+            return []
+        if node not in paths:
+            paths[node] = path(parent[node]) + [token[node]]
+        return paths[node]
+
+    for node in token:
+        path(node)
+    return paths
+
+
+class BeamExplorer(LiveView):
+    """Beam search step by step: the tree, the hypothesis pool, the early-stop numbers.
+
+    num_beams and other settings as config kwargs (20 new tokens unless given); the step
+    slider picks the step shown. Works for beam search, beam sampling, group and
+    constrained beam search (what ``trace.beam_tree()`` records).
+
+    For code and tests: ``result``, ``tree`` (every candidate), ``show_step(step)``, and
+    for the shown step ``candidates``, ``pool`` (finished hypotheses so far) and ``early``
+    (the stopping numbers); ``update/wait/error/version``.
+    """
+
+    def __init__(
+        self,
+        lm,
+        prompt: str = "Once upon a time",
+        *,
+        num_beams: int = 4,
+        chat: bool = False,
+        seed: int | None = 0,
+        auto_update: bool = True,
+        debounce: float = 0.3,
+        window: int = 8,
+        run: bool = True,
+        **config_kwargs: Any,
+    ) -> None:
+        self.lm = lm
+        self.window = window
+        self.tree: pd.DataFrame | None = None
+        self.candidates: pd.DataFrame | None = None
+        self.pool: pd.DataFrame | None = None
+        self.early: pd.DataFrame | None = None
+        self._paths: dict[int, list[int]] = {}
+        self._init_live(debounce, auto_update)
+        cfg = initial_config(lm, num_beams=num_beams, **config_kwargs)
+        self.panel = ConfigPanel(
+            cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, open_group="strategy"
+        )
+        self.panel.on_change(lambda p, names: self.on_input())
+        self.prompt_box = widgets.Textarea(
+            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
+        )
+        self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
+        self.seed_box = widgets.IntText(
+            value=0 if seed is None else seed,
+            description="seed",
+            layout=widgets.Layout(width="150px"),
+        )
+        for box in (self.prompt_box, self.chat_box, self.seed_box):
+            box.observe(self.on_input, names="value")
+        self.step_slider = widgets.IntSlider(
+            value=0, min=0, max=0, description="step", continuous_update=False
+        )
+        self.step_slider.observe(lambda _: self._guarded_step(), names="value")
+        self.outcome_view = widgets.HTML()
+        self.outcome_view.add_class("genlab-result")
+        self.tree_image = widgets.Image(format="png")
+        self.candidates_view = widgets.HTML()
+        self.pool_view = widgets.HTML()
+        self.early_view = widgets.HTML()
+        tabs = widgets.Tab(
+            children=[
+                widgets.VBox([self.tree_image, self.candidates_view]),
+                self.pool_view,
+                self.early_view,
+                self.panel,
+            ],
+            titles=["Beam tree", "Hypothesis pool", "Early stop", "Settings"],
+        )
+        title = widgets.HTML(f"<b>genlab beam explorer</b> &middot; {html.escape(str(lm.name))}")
+        super().__init__(
+            [
+                title,
+                self.prompt_box,
+                widgets.HBox([self.chat_box, self.seed_box]),
+                self.controls_row(),
+                self.outcome_view,
+                self.step_slider,
+                tabs,
+            ]
+        )
+        self.add_class("genlab-beam-explorer")
+        if run:
+            self.update(sync=True)
+
+    @property
+    def config(self) -> GenerationConfig:
+        return self.panel.config
+
+    def __repr__(self) -> str:
+        return f"BeamExplorer(lm={self.lm.name!r}, num_beams={self.panel.config.num_beams})"
+
+    # -- LiveView ------------------------------------------------------------------------
+    def compute(self, job: Job):
+        if self.panel.config.num_beams < 2:
+            raise ValueError(
+                f"num_beams must be >= 2 for a beam tree, got {self.panel.config.num_beams}; "
+                "raise it in Settings > Generation strategy"
+            )
+        run = start_run(
+            self.lm,
+            self.prompt_box.value,
+            chat=self.chat_box.value,
+            seed=self.seed_box.value,
+            config=self.panel.config,
+        )
+        return self.lm.result(self.drive(run, job))
+
+    def render(self, result) -> None:
+        tree = result.trace.beam_tree(batch=0)
+        self.result, self.tree, self._paths = result, tree, node_paths(tree)
+        scores = getattr(result.output, "sequences_scores", None)
+        rows = []
+        for i, text in enumerate(result.texts):
+            score = "" if scores is None else f" (score {float(scores[i]):.3f})"
+            rows.append(f"<div><b>{i}</b>{html.escape(score)}: {html.escape(text)}</div>")
+        self.outcome_view.value = (
+            f'<div class="genlab-text" style="font-family:monospace">{"".join(rows)}</div>'
+        )
+        last = int(tree.step.max())
+        self.step_slider.max = last
+        if self.step_slider.value == last:
+            self.show_step(last)
+        else:
+            self.step_slider.value = last  # the observer shows it
+        self.status.value = message(f"{last + 1} steps · mode {result.run.mode}", "ok")
+
+    # -- one step ---------------------------------------------------------------------------
+    def show_step(self, step: int | None = None) -> pd.DataFrame:
+        """Show (and return) the candidates of ``step`` (default: the slider's)."""
+        from ..plots.beam import beam_tree
+
+        if step is not None:
+            self.step_slider.value = step
+        step = self.step_slider.value
+        trace, tree = self.result.trace, self.tree
+        if not 0 <= step <= int(tree.step.max()):
+            raise ValueError(f"step must be in [0, {int(tree.step.max())}], got {step}")
+        at = tree[tree.step == step].sort_values("rank").copy()
+        at.insert(0, "text", [self._text(n, t) for n, t in zip(at.node, at.token_id)])
+        cols = [
+            "rank",
+            "text",
+            "token",
+            "token_logprob",
+            "score",
+            "normalized_score",
+            "fate",
+            "beam",
+            "slot",
+        ]
+        self.candidates = at[cols].reset_index(drop=True)
+        hyps = trace.hypotheses(batch=0)
+        self.pool = hyps[hyps.step == step].reset_index(drop=True)
+        early = trace.early_stop()
+        self.early = early[(early.step == step) & (early.batch == 0)].reset_index(drop=True)
+        first = max(0, step - self.window + 1)
+        fig = beam_tree(trace, steps=(first, step), title=f"Beam tree up to step {step}")
+        self.tree_image.value = figure_png(fig)
+        self.candidates_view.value = f"<b>candidates at step {step}</b>" + frame_html(
+            self.candidates
+        )
+        self.pool_view.value = (
+            f"<b>finished hypotheses after step {step}</b> (score = sum of log-probs / "
+            "generated_length ** length_penalty)" + frame_html(self.pool)
+        )
+        self.early_view.value = (
+            f"<b>stopping decision after step {step}</b>: search goes on while the best "
+            "reachable score can still beat the worst kept hypothesis" + frame_html(self.early)
+        )
+        return self.candidates
+
+    def _text(self, node: int, token_id: int) -> str:
+        ids = self._paths.get(int(node)) if node >= 0 else None
+        return self.lm.tokenizer.decode(ids if ids else [int(token_id)])
+
+    def _guarded_step(self) -> None:
+        if self.result is None:
+            return
+        try:
+            self.show_step()
+        except Exception as err:  # shown in the widget
+            self._fail(err)

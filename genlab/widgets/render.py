@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import html
 import io
+import threading
+import warnings
 from collections.abc import Sequence
 
 import matplotlib
 import pandas as pd
+
+#: Held while warnings are caught: ``catch_warnings`` swaps module-wide state, so two
+#: threads (the kernel's and a widget's worker) must not do it at once.
+WARNINGS_LOCK = threading.RLock()
 
 #: colour map for probabilities: red (unlikely) -> yellow -> green (likely)
 PROB_CMAP = "RdYlGn"
@@ -97,5 +103,7 @@ def message(text: str, kind: str = "info") -> str:
 def figure_png(fig, dpi: int = 80) -> bytes:
     """PNG bytes of a matplotlib Figure (the figure is not shown anywhere)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    with WARNINGS_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # layout notes on very small figures
+        fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
