@@ -39,12 +39,12 @@ demo: $(VENV)/.genlab-installed
 test: $(VENV)/.genlab-test-installed
 	$(VENV)/bin/ruff check genlab tests benchmarks
 	$(VENV)/bin/ruff format --check genlab tests benchmarks
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadfile tests
 	$(MAKE) notebooks
 	$(MAKE) browser
 
 notebooks: $(VENV)/.genlab-test-installed
-	$(PY) -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
 	  --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks/*.ipynb
 
 browser: $(VENV)/.genlab-test-installed

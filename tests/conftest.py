@@ -10,7 +10,9 @@ import torch
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# under pytest-xdist each worker gets one core's worth of threads
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
 
 
 def tiny_llama(seed: int = 0, vocab: int = 96, **overrides):
