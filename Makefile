@@ -44,7 +44,7 @@ test: $(VENV)/.genlab-test-installed
 	$(MAKE) browser
 
 notebooks: $(VENV)/.genlab-test-installed
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
 	  --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks/*.ipynb
 
 browser: $(VENV)/.genlab-test-installed

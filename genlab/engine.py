@@ -22,10 +22,11 @@ from typing import Any
 
 import torch
 
+from .caches import make_cache
 from .hooks import HookRegistry
 from .models.base import ModelOutput
 from .processors import call_processor
-from .strategies import Selection, Strategy, strategy_for
+from .strategies import Selection, strategy_for
 
 #: keyword arguments of ``generate`` that are inputs, not config fields
 INPUT_KEYS = ("input_ids", "attention_mask", "tokenizer")
@@ -264,6 +265,12 @@ class Run:
             raise ValueError(
                 f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(ids.shape)}"
             )
+        if config.token_healing:  # re-tokenized prompts; the mask stays the original's
+            from .healing import heal_tokens
+
+            ids = heal_tokens(self.model, ids, tokenizer)
+            if mask.shape != ids.shape:
+                mask = self._infer_attention_mask(ids)
         self.batch_size = ids.shape[0]
         self.input_ids = ids
         if streamer is not None and getattr(streamer, "is_beam_streamer", False):
@@ -283,7 +290,8 @@ class Run:
             self.encdec.expand(expand)
         self.sequences = ids.repeat_interleave(expand, dim=0)
         self.attention_mask = mask.to(self.device).repeat_interleave(expand, dim=0)
-        self.cache = self.model.new_cache(self.sequences.shape[0])
+        self.cache = make_cache(self.model, self.sequences.shape[0], self.gen_config, self.mode,
+                                assistant_model is not None)
         self.step_index = 0
         self._scores: list[torch.Tensor] = []
         self._logits: list[torch.Tensor] = []
@@ -532,13 +540,16 @@ class Run:
         return scores
 
     def _forward(self) -> ModelOutput:
-        new = self.sequences[:, self.cache.length():]
         cfg = self.gen_config
+        # use_cache=False: every step runs the whole sequence through a fresh cache
+        cache = self.cache if cfg.use_cache is not False else self.model.new_cache(
+            self.sequences.shape[0])
+        new = self.sequences[:, cache.length():]
         return self.model.forward(
             new,
             attention_mask=self.attention_mask,
             position_ids=position_ids_from_mask(self.attention_mask, new.shape[1]),
-            cache=self.cache,
+            cache=cache,
             logits_to_keep=1,
             output_attentions=bool(cfg.output_attentions),
             output_hidden_states=bool(cfg.output_hidden_states),
@@ -645,7 +656,8 @@ class Run:
             logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1).gather(1, t[:, None])[:, 0]
                                     for s, t in zip(each, sel.tokens.unbind(1))], dim=1)
         else:
-            logprobs = torch.log_softmax(scores.float(), dim=-1).gather(1, sel.tokens[:, None])[:, 0]
+            logprobs = torch.log_softmax(scores.float(), dim=-1).gather(1, sel.tokens[:, None])
+            logprobs = logprobs[:, 0]
         text = None
         if self.tokenizer is not None:
             text = self.tokenizer.convert_ids_to_tokens(sel.tokens.reshape(-1).tolist())
@@ -714,7 +726,8 @@ class Run:
         """Rebuild the state after ``target`` steps by re-running them from the start."""
         plan = [(s.config, s.forced) for s in self._snapshots[:target]]
         init = self._initial
-        self.cache = self.model.new_cache(init.extra["sequences"].shape[0])
+        self.cache = make_cache(self.model, init.extra["sequences"].shape[0], self.gen_config,
+                                self.mode, self.assistant_model is not None)
         self.sequences = init.extra["sequences"]
         self.attention_mask = init.extra["attention_mask"]
         self.strategy.set_state(init.strategy)
@@ -743,6 +756,30 @@ class Run:
         state = "finished" if self._finished else "running"
         return (f"Run({self.mode}, step={self.step_index}, rows={self.sequences.shape[0]}, "
                 f"{state})")
+
+
+def _call_custom_generate(fn, model, run: Run):
+    """A user's decoding loop, after the usual preparation: ``fn(run)`` (genlab style, one
+    parameter), or the reference's ``fn(model, input_ids, logits_processor=...,
+    stopping_criteria=..., generation_config=..., synced_gpus=..., streamer=...,
+    attention_mask=..., use_cache=...)``."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) == 1 and not any(p.kind == p.VAR_KEYWORD for p in params):
+        return fn(run)
+    kwargs = {"attention_mask": run.attention_mask, "use_cache": run.gen_config.use_cache}
+    inner = getattr(run.cache, "inner", None)
+    if inner is not None:
+        kwargs["past_key_values"] = inner
+    return fn(model, run.sequences, logits_processor=run.processors,
+              stopping_criteria=run.stopping_criteria, generation_config=run.gen_config,
+              synced_gpus=False,
+              streamer=run.streamer, **kwargs)
 
 
 def start(model, **kwargs) -> Run:
@@ -793,7 +830,7 @@ def generate(
         **kwargs,
     )
     if custom_generate is not None:
-        return custom_generate(run)
+        return _call_custom_generate(custom_generate, model, run)
     t0 = time.perf_counter()
     out = run.run()
     run.elapsed = time.perf_counter() - t0

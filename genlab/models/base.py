@@ -17,6 +17,22 @@ logits for the last ``logits_to_keep`` positions (0 means all of them).
 The engine never looks inside a cache except through ``length``, ``reorder``, ``crop``
 and ``copy``; the built-in decoders, the transformers adapter and the teaching model each
 bring their own.
+
+Encoder-decoder models (``info.is_encoder_decoder``; today through the transformers
+adapter) add:
+
+* ``main_input_name``: the source's input name ("input_ids", "input_features"...);
+* ``encode(inputs, *, input_name=None, attention_mask=None, output_attentions=False,
+  output_hidden_states=False, **encoder_kwargs)``: the encoder run once, returning an
+  object with ``last_hidden_state`` (batch, src_len, hidden) (and ``attentions`` /
+  ``hidden_states`` when asked);
+* ``forward(..., encoder_outputs=..., encoder_attention_mask=...,
+  decoder_attention_mask_given=False, **model_kwargs)``: one *decoder* step. ``input_ids``
+  are then the new decoder tokens, ``attention_mask`` the decoder mask (passed to the model
+  only when the user gave one), the encoder outputs and source mask are repeated per row,
+  and the returned :class:`ModelOutput` may carry ``cross_attentions`` (per layer (rows,
+  heads, new_len, src_len)). ``new_cache`` returns a cache holding self- and
+  cross-attention keys/values; ``reorder`` moves both. See genlab/encdec.py.
 """
 
 from __future__ import annotations

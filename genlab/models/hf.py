@@ -4,23 +4,42 @@ The adapter calls the wrapped model with exactly the inputs transformers' own ge
 loop gives it (new tokens, the 2-D attention mask, position ids from the mask, the cache
 position, ``logits_to_keep``), so logits are bit-identical to the reference's.
 transformers is imported lazily: it is an optional dependency of genlab.
+
+Encoder-decoder models (T5, BART, Marian, Speech2Text...) get two more things: ``encode()``
+runs the encoder once on the source, and ``forward(..., encoder_outputs=...,
+encoder_attention_mask=...)`` runs one decoder step against it (the new tokens are the
+*decoder* tokens; the cache holds self- and cross-attention keys/values).
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .base import ModelInfo, ModelOutput
 
+#: decoder-step inputs the adapter sets itself (a user value for them is ignored)
+_STEP_KEYS = (
+    "decoder_input_ids",
+    "past_key_values",
+    "use_cache",
+    "cache_position",
+    "encoder_outputs",
+    "attention_mask",
+    "decoder_attention_mask",
+)
+
 
 def is_transformers_model(obj: Any) -> bool:
     """True for a transformers ``PreTrainedModel`` (without importing transformers)."""
-    return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel"
-               for c in type(obj).__mro__)
+    return any(
+        c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel"
+        for c in type(obj).__mro__
+    )
 
 
 class HFCache:
@@ -44,6 +63,17 @@ class HFCache:
         return HFCache(copy.deepcopy(self.inner))
 
 
+@dataclass
+class Seq2SeqStepOutput(ModelOutput):
+    """One decoder step of an encoder-decoder model.
+
+    ``attentions`` / ``hidden_states`` are the decoder's (self-attention) ones;
+    cross_attentions: per layer (rows, heads, new_len, src_len), or None.
+    """
+
+    cross_attentions: tuple[torch.Tensor, ...] | None = None
+
+
 def _as_list(x):
     if x is None:
         return None
@@ -53,7 +83,8 @@ def _as_list(x):
 
 
 class HFModel:
-    """Wrap a transformers causal LM so genlab's engine can drive it.
+    """Wrap a transformers causal LM (or encoder-decoder model) so genlab's engine can
+    drive it.
 
     >>> from transformers import AutoModelForCausalLM          # doctest: +SKIP
     >>> model = HFModel(AutoModelForCausalLM.from_pretrained("gpt2"))  # doctest: +SKIP
@@ -88,16 +119,89 @@ class HFModel:
         self._takes_logits_to_keep = "logits_to_keep" in params
         self._takes_position_ids = "position_ids" in params
         self._takes_cache_position = "cache_position" in params
+        self._takes_decoder_position_ids = "decoder_position_ids" in params
+        self._forward_params = params
+        # the source vocabulary (EncoderDecoderModel pairs two configs)
+        enc_cfg = getattr(cfg, "encoder", None)
+        self.encoder_vocab_size = int(getattr(enc_cfg, "vocab_size", 0) or self.info.vocab_size)
+
+    # -- encoder-decoder models -----------------------------------------------------------
+    @property
+    def main_input_name(self) -> str:
+        """The encoder's input name: "input_ids", "input_features", "pixel_values"..."""
+        name = getattr(self.hf, "main_input_name", "input_ids")
+        encoder = getattr(self.hf, "encoder", None)
+        if self.info.is_encoder_decoder and encoder is not None:
+            name = getattr(encoder, "main_input_name", name)
+        return name
+
+    def accepted_inputs(self) -> set[str]:
+        """Names ``generate`` may receive as model inputs (the reference's own check):
+        the model's forward arguments, the encoder's, and ``decoder_<name>`` for the
+        decoder's."""
+        names = set(self._forward_params)
+        for attr, prefix in (("encoder", ""), ("decoder", "decoder_")):
+            part = getattr(self.hf, attr, None)
+            if part is None:
+                base = getattr(self.hf, getattr(self.hf, "base_model_prefix", ""), None)
+                part = getattr(base, attr, None)
+            if part is not None and self.info.is_encoder_decoder:
+                names |= {prefix + p for p in inspect.signature(part.forward).parameters}
+        return names - {"self", "kwargs"}
+
+    def encode(
+        self,
+        inputs: torch.Tensor,
+        *,
+        input_name: str | None = None,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        **encoder_kwargs,
+    ):
+        """Run the encoder once; returns its output object (``last_hidden_state``: (batch,
+        src_len, hidden), plus ``attentions`` / ``hidden_states`` when asked).
+
+        ``inputs`` is the model's main input (``main_input_name``: token ids (batch,
+        src_len), or input_features, pixel_values...), or what ``input_name`` says (e.g.
+        "inputs_embeds"). Keyword arguments the encoder does not take are dropped, as the
+        reference drops them.
+        """
+        encoder = self.hf.get_encoder()
+        params = set(inspect.signature(encoder.forward).parameters)
+        if not ({"kwargs", "model_kwargs"} & params):
+            encoder_kwargs = {k: v for k, v in encoder_kwargs.items() if k in params}
+        if attention_mask is not None:
+            encoder_kwargs["attention_mask"] = attention_mask
+        encoder_kwargs["output_attentions"] = output_attentions
+        encoder_kwargs["output_hidden_states"] = output_hidden_states
+        encoder_kwargs["return_dict"] = True
+        encoder_kwargs[input_name or self.main_input_name] = inputs
+        with torch.no_grad():
+            return encoder(**encoder_kwargs)
 
     @property
     def device(self) -> torch.device:
         return self.hf.device
 
     def new_cache(self, batch_size: int, *, sliding: bool = True) -> HFCache:
-        from transformers import DynamicCache
+        from transformers import DynamicCache, EncoderDecoderCache
 
         # the reference drops the config (no sliding layers) for assisted/contrastive decoding
-        return HFCache(DynamicCache(config=self.hf.config) if sliding else DynamicCache())
+        def dynamic():
+            return DynamicCache(config=self.hf.config) if sliding else DynamicCache()
+
+        if self.info.is_encoder_decoder:  # self-attention and cross-attention caches
+            return HFCache(EncoderDecoderCache(dynamic(), dynamic()))
+        return HFCache(dynamic())
+
+    def new_static_cache(self, max_cache_len: int) -> HFCache:
+        """transformers' preallocated ``StaticCache`` for ``max_cache_len`` positions
+        (``cache_implementation="static"``; genlab/caches.py)."""
+        from transformers import StaticCache
+
+        text = self.hf.config.get_text_config(decoder=True)
+        return HFCache(StaticCache(config=text, max_cache_len=max_cache_len))
 
     def forward(
         self,
@@ -111,6 +215,17 @@ class HFModel:
         output_hidden_states: bool = False,
         **extra,
     ) -> ModelOutput:
+        if self.info.is_encoder_decoder:
+            return self._decoder_step(
+                input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                logits_to_keep=logits_to_keep,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+                **extra,
+            )
         past = cache.length()
         n = input_ids.shape[1]
         kwargs: dict[str, Any] = {
@@ -138,6 +253,67 @@ class HFModel:
             logits=logits.float(),
             hidden_states=getattr(out, "hidden_states", None),
             attentions=getattr(out, "attentions", None),
+        )
+
+    def _decoder_step(
+        self,
+        input_ids: torch.LongTensor,
+        *,
+        attention_mask: torch.Tensor,
+        position_ids: torch.LongTensor,
+        cache: HFCache,
+        logits_to_keep: int = 1,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        encoder_outputs=None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        decoder_attention_mask_given: bool = False,
+        **extra,
+    ) -> Seq2SeqStepOutput:
+        """One decoder step: ``input_ids`` are the new decoder tokens (rows, new_len);
+        ``attention_mask`` the decoder mask so far, passed on only when the user gave one
+        (``decoder_attention_mask_given``), as the reference does; ``encoder_outputs`` and
+        ``encoder_attention_mask`` (rows, src_len) come from :meth:`encode`, repeated per
+        row."""
+        if encoder_outputs is None:
+            raise ValueError(
+                f"{self.info.architecture} is an encoder-decoder model: its decoder steps need "
+                "encoder_outputs (genlab.generate runs the encoder for you)"
+            )
+        past = cache.length()
+        n = input_ids.shape[1]
+        kwargs: dict[str, Any] = {k: v for k, v in extra.items() if k not in _STEP_KEYS}
+        kwargs.update(
+            decoder_input_ids=input_ids.clone(memory_format=torch.contiguous_format),
+            encoder_outputs=encoder_outputs,
+            past_key_values=cache.inner,
+            use_cache=True,
+        )
+        if encoder_attention_mask is not None:
+            kwargs["attention_mask"] = encoder_attention_mask
+        if decoder_attention_mask_given:
+            kwargs["decoder_attention_mask"] = attention_mask
+            if self._takes_decoder_position_ids:
+                kwargs["decoder_position_ids"] = position_ids.clone(
+                    memory_format=torch.contiguous_format
+                )
+        if self._takes_cache_position:
+            kwargs["cache_position"] = torch.arange(past, past + n, device=input_ids.device)
+        if self._takes_logits_to_keep:
+            kwargs["logits_to_keep"] = logits_to_keep
+        if output_attentions:
+            kwargs["output_attentions"] = True
+        if output_hidden_states:
+            kwargs["output_hidden_states"] = True
+        out = self.hf(**kwargs, return_dict=True)
+        logits = out.logits
+        if logits_to_keep and logits.shape[1] > logits_to_keep:
+            logits = logits[:, -logits_to_keep:]
+        return Seq2SeqStepOutput(
+            logits=logits.float(),
+            hidden_states=getattr(out, "decoder_hidden_states", None),
+            attentions=getattr(out, "decoder_attentions", None),
+            cross_attentions=getattr(out, "cross_attentions", None),
         )
 
     def __repr__(self) -> str:
