@@ -1,0 +1,94 @@
+"""Checks on the committed notebooks that nbval itself does not make.
+
+Every notebook under ``notebooks/`` must be committed *executed* (nbval compares against the
+stored outputs, so a notebook without them tests nothing), must set its seeds in the first
+code cell, and must be listed in README.md. Runs in well under a second: nothing executes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SEED_CALL = re.compile(r"\b(torch\.manual_seed|set_seed)\(\s*\d+\s*\)")
+
+
+def _code_cells(path: Path) -> list[dict]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def _source(cell: dict) -> str:
+    src = cell["source"]
+    return src if isinstance(src, str) else "".join(src)
+
+
+def _ids(paths):
+    return [p.name for p in paths]
+
+
+def test_the_teaching_notebooks_exist():
+    names = {p.name for p in NOTEBOOKS}
+    expected = {
+        "01_quickstart.ipynb",
+        "02_decoding_strategies.ipynb",
+        "03_processor_waterfall.ipynb",
+        "05_watermarking.ipynb",
+    }
+    assert expected <= names, f"missing notebooks: {sorted(expected - names)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_is_stored_executed_in_order(path):
+    cells = [c for c in _code_cells(path) if _source(c).strip()]
+    assert cells, f"{path.name} has no code cells"
+    counts = [c.get("execution_count") for c in cells]
+    assert None not in counts, (
+        f"{path.name}: code cells {[i for i, n in enumerate(counts) if n is None]} were never "
+        "run; execute it in place with jupyter nbconvert --execute --inplace"
+    )
+    assert counts == sorted(counts) and len(set(counts)) == len(counts), (
+        f"{path.name}: execution counts {counts} are not increasing: run it top to bottom "
+        "in a fresh kernel"
+    )
+    with_output = sum(bool(c.get("outputs")) for c in cells)
+    assert with_output >= len(cells) // 2, f"{path.name}: only {with_output} cells have output"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_has_no_error_outputs(path):
+    for i, cell in enumerate(_code_cells(path)):
+        for out in cell.get("outputs", []):
+            assert out.get("output_type") != "error", (
+                f"{path.name}: code cell {i} stored an error: {out.get('ename')}"
+            )
+            if out.get("output_type") == "stream":
+                assert out.get("name") != "stderr" or "Traceback" not in "".join(out["text"])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_first_code_cell_sets_the_seed(path):
+    first = _source(_code_cells(path)[0])
+    assert SEED_CALL.search(first), (
+        f"{path.name}: the first code cell must set the seed (torch.manual_seed(0)) so that "
+        "the stored outputs can be reproduced"
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_is_listed_in_readme(path):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"notebooks/{path.name}" in readme, (
+        f"README.md does not list notebooks/{path.name}: add a row to its Notebooks table"
+    )
+
+
+def test_seed_pattern_rejects_a_missing_seed():
+    assert SEED_CALL.search("_ = torch.manual_seed(0)")
+    assert not SEED_CALL.search("torch.manual_seed  # later")
+    assert not SEED_CALL.search("import torch")
