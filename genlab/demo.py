@@ -24,9 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     t0 = time.perf_counter()
     lm = genlab.load(args.model)
-    print(f"loaded {lm.name!r} in {time.perf_counter() - t0:.1f} s "
-          f"({lm.info.architecture}, {lm.info.num_hidden_layers} layers, "
-          f"vocab {lm.info.vocab_size})\n")
+    print(
+        f"loaded {lm.name!r} in {time.perf_counter() - t0:.1f} s "
+        f"({lm.info.architecture}, {lm.info.num_hidden_layers} layers, "
+        f"vocab {lm.info.vocab_size})\n"
+    )
 
     prompts = [
         ("chat", "What is the capital of France?"),
@@ -40,8 +42,10 @@ def main(argv: list[str] | None = None) -> int:
             res = lm.generate(prompt, chat=chat, max_new_tokens=args.max_new_tokens, **cfg)
             dt = time.perf_counter() - t
             n = res.generated_ids.shape[1]
-            print(f"[{kind} | {label}] {prompt!r}\n  -> {res.text.strip()!r}"
-                  f"   ({n} tokens, {dt:.2f} s)")
+            print(
+                f"[{kind} | {label}] {prompt!r}\n  -> {res.text.strip()!r}"
+                f"   ({n} tokens, {dt:.2f} s)"
+            )
             if chat and label == "greedy":
                 greedy_chat = res
         print()

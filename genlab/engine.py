@@ -31,8 +31,10 @@ from .strategies import Selection, strategy_for
 #: keyword arguments of ``generate`` that are inputs, not config fields
 INPUT_KEYS = ("input_ids", "attention_mask", "tokenizer")
 #: processors that keep state between steps (rewinding them needs a replay)
-_STATEFUL_PROCESSORS = ("UnbatchedClassifierFreeGuidanceLogitsProcessor",
-                        "SynthIDTextWatermarkLogitsProcessor")
+_STATEFUL_PROCESSORS = (
+    "UnbatchedClassifierFreeGuidanceLogitsProcessor",
+    "SynthIDTextWatermarkLogitsProcessor",
+)
 
 
 # ----------------------------------------------------------------------------------------
@@ -218,7 +220,11 @@ class Run:
             from .encdec import prepare_encoder_decoder
 
             self.encdec = prepare_encoder_decoder(
-                self.model, config, input_ids, attention_mask, unused,
+                self.model,
+                config,
+                input_ids,
+                attention_mask,
+                unused,
                 device=getattr(self.model, "device", None),
             )
             input_ids = self.encdec.decoder_input_ids
@@ -278,8 +284,10 @@ class Run:
             self.streamer = None
         elif streamer is not None:
             if config.num_beams > 1:
-                raise ValueError("streamer cannot be used with beam search: use a "
-                                 "genlab.streamers.BeamStreamer or num_beams=1")
+                raise ValueError(
+                    "streamer cannot be used with beam search: use a "
+                    "genlab.streamers.BeamStreamer or num_beams=1"
+                )
             streamer.put(ids.cpu())
 
         # -- config-dependent parts (rebuilt when the config changes between steps) --------
@@ -290,8 +298,13 @@ class Run:
             self.encdec.expand(expand)
         self.sequences = ids.repeat_interleave(expand, dim=0)
         self.attention_mask = mask.to(self.device).repeat_interleave(expand, dim=0)
-        self.cache = make_cache(self.model, self.sequences.shape[0], self.gen_config, self.mode,
-                                assistant_model is not None)
+        self.cache = make_cache(
+            self.model,
+            self.sequences.shape[0],
+            self.gen_config,
+            self.mode,
+            assistant_model is not None,
+        )
         self.step_index = 0
         self._scores: list[torch.Tensor] = []
         self._logits: list[torch.Tensor] = []
@@ -328,8 +341,11 @@ class Run:
         if pad is None and self.eos_token_ids:
             pad = self.eos_token_ids[0]
             if not has_mask:
-                warnings.warn("attention_mask and pad_token_id were not set; pass attention_mask "
-                              "for reliable results", stacklevel=3)
+                warnings.warn(
+                    "attention_mask and pad_token_id were not set; pass attention_mask "
+                    "for reliable results",
+                    stacklevel=3,
+                )
         self.pad_token_id = None if pad is None else int(pad)
 
     def _infer_attention_mask(self, ids: torch.LongTensor) -> torch.LongTensor:
@@ -367,9 +383,11 @@ class Run:
         cls = strategy_for(mode)
         old = getattr(self, "strategy", None)
         if old is not None and type(old) is not cls:
-            if old.reorders_rows or cls.reorders_rows or cls.rows_per_input(
-                cfg
-            ) != old.rows_per_input(old.config):
+            if (
+                old.reorders_rows
+                or cls.reorders_rows
+                or cls.rows_per_input(cfg) != old.rows_per_input(old.config)
+            ):
                 raise ValueError(
                     f"cannot switch a running generation from {old.mode} to {mode}: start a new "
                     "run (or fork before changing num_beams / num_return_sequences)"
@@ -380,7 +398,8 @@ class Run:
         self.processors = build_processors(
             cfg,
             input_ids_seq_length=self.prompt_length,
-            encoder_input_ids=self.input_ids if self.encdec is None
+            encoder_input_ids=self.input_ids
+            if self.encdec is None
             else self.encdec.encoder_input_ids,
             prefix_allowed_tokens_fn=self.prefix_allowed_tokens_fn,
             logits_processor=self.user_processors,
@@ -428,8 +447,11 @@ class Run:
             if self.tokenizer is None:
                 raise ValueError("forcing text needs a tokenizer; pass a token id instead")
             vocab = self.tokenizer.get_vocab()
-            ids = [vocab[token]] if token in vocab else self.tokenizer.encode(
-                token, add_special_tokens=False)
+            ids = (
+                [vocab[token]]
+                if token in vocab
+                else self.tokenizer.encode(token, add_special_tokens=False)
+            )
             if not ids:
                 raise ValueError(f"{token!r} encodes to no tokens")
         else:
@@ -456,8 +478,11 @@ class Run:
                 n += 1
         except KeyboardInterrupt:
             self.interrupted = True
-            warnings.warn(f"generation interrupted after {self.step_index} steps; the tokens "
-                          "produced so far are kept", stacklevel=2)
+            warnings.warn(
+                f"generation interrupted after {self.step_index} steps; the tokens "
+                "produced so far are kept",
+                stacklevel=2,
+            )
             self._finish()
         if self._finished or self.interrupted:
             return self.output
@@ -466,8 +491,10 @@ class Run:
     def rewind(self, n: int = 1) -> Run:
         """Undo the last ``n`` steps, restoring the exact earlier state (cache included)."""
         if not self.keep_history:
-            raise ValueError("this run keeps no history: start it with keep_history=True "
-                             "(lm.start does) to rewind")
+            raise ValueError(
+                "this run keeps no history: start it with keep_history=True "
+                "(lm.start does) to rewind"
+            )
         if not 0 <= n <= self.step_index:
             raise ValueError(f"can rewind 0..{self.step_index} steps, not {n}")
         target = self.step_index - n
@@ -501,8 +528,16 @@ class Run:
         other.registry = self.registry.copy()
         other.sequences = self.sequences.clone()
         other.attention_mask = self.attention_mask.clone()
-        for name in ("_scores", "_logits", "_attentions", "_cross", "_hidden", "_forced",
-                     "history", "_snapshots"):
+        for name in (
+            "_scores",
+            "_logits",
+            "_attentions",
+            "_cross",
+            "_hidden",
+            "_forced",
+            "history",
+            "_snapshots",
+        ):
             setattr(other, name, list(getattr(self, name)))
         other._config_seen = dict(self._config_seen)
         other._rng = None if self._rng is None else self._rng.clone()
@@ -542,9 +577,12 @@ class Run:
     def _forward(self) -> ModelOutput:
         cfg = self.gen_config
         # use_cache=False: every step runs the whole sequence through a fresh cache
-        cache = self.cache if cfg.use_cache is not False else self.model.new_cache(
-            self.sequences.shape[0])
-        new = self.sequences[:, cache.length():]
+        cache = (
+            self.cache
+            if cfg.use_cache is not False
+            else self.model.new_cache(self.sequences.shape[0])
+        )
+        new = self.sequences[:, cache.length() :]
         return self.model.forward(
             new,
             attention_mask=self.attention_mask,
@@ -622,8 +660,10 @@ class Run:
                 self._logits[-1:] = list(sel.logits)
         self.sequences = torch.cat([self.sequences, new], dim=-1)
         self.attention_mask = torch.cat(
-            [self.attention_mask,
-             self.attention_mask.new_ones((self.attention_mask.shape[0], new.shape[1]))],
+            [
+                self.attention_mask,
+                self.attention_mask.new_ones((self.attention_mask.shape[0], new.shape[1])),
+            ],
             dim=-1,
         )
         if self.streamer is not None:
@@ -636,8 +676,13 @@ class Run:
         if want_record or tracer is not None:
             record = self._record(idx, sel, scores, forced is not None, done)
             if tracer is not None:
-                tracer.on_step_end(idx, record, sel if sel.tokens.dim() == 1
-                                   else Selection(sel.tokens[:, 0], sel.parents, sel.info))
+                tracer.on_step_end(
+                    idx,
+                    record,
+                    sel
+                    if sel.tokens.dim() == 1
+                    else Selection(sel.tokens[:, 0], sel.parents, sel.info),
+                )
             if registry:
                 registry.fire("step_end", record, idx)
             if self.keep_history:
@@ -653,8 +698,13 @@ class Run:
             scores = scores[sel.parents]
         if sel.tokens.dim() == 2:  # (rows, n) tokens, one score tensor each
             each = sel.scores if sel.scores is not None else (scores,) * sel.tokens.shape[1]
-            logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1).gather(1, t[:, None])[:, 0]
-                                    for s, t in zip(each, sel.tokens.unbind(1))], dim=1)
+            logprobs = torch.stack(
+                [
+                    torch.log_softmax(s.float(), dim=-1).gather(1, t[:, None])[:, 0]
+                    for s, t in zip(each, sel.tokens.unbind(1))
+                ],
+                dim=1,
+            )
         else:
             logprobs = torch.log_softmax(scores.float(), dim=-1).gather(1, sel.tokens[:, None])
             logprobs = logprobs[:, 0]
@@ -690,8 +740,11 @@ class Run:
                 cross = tuple(self._cross) if cfg.output_attentions else None
                 out = self.encdec.build_output(cfg, common, cross)
             else:
-                cls = (outputs.GenerateBeamDecoderOnlyOutput if "beam_indices" in fields
-                       else outputs.GenerateDecoderOnlyOutput)
+                cls = (
+                    outputs.GenerateBeamDecoderOnlyOutput
+                    if "beam_indices" in fields
+                    else outputs.GenerateDecoderOnlyOutput
+                )
                 out = cls(**common)
         if self.registry:
             out = self.registry.fire("finish", out, self.step_index)
@@ -715,7 +768,7 @@ class Run:
         self.cache.crop(snap.cache_len)
         self.strategy.set_state(snap.strategy)
         for name in ("_scores", "_logits", "_attentions", "_cross", "_hidden"):
-            del getattr(self, name)[snap.n_recorded:]
+            del getattr(self, name)[snap.n_recorded :]
         if self._rng is not None:
             self._rng = snap.rng.clone()
         else:
@@ -726,8 +779,13 @@ class Run:
         """Rebuild the state after ``target`` steps by re-running them from the start."""
         plan = [(s.config, s.forced) for s in self._snapshots[:target]]
         init = self._initial
-        self.cache = make_cache(self.model, init.extra["sequences"].shape[0], self.gen_config,
-                                self.mode, self.assistant_model is not None)
+        self.cache = make_cache(
+            self.model,
+            init.extra["sequences"].shape[0],
+            self.gen_config,
+            self.mode,
+            self.assistant_model is not None,
+        )
         self.sequences = init.extra["sequences"]
         self.attention_mask = init.extra["attention_mask"]
         self.strategy.set_state(init.strategy)
@@ -754,8 +812,7 @@ class Run:
 
     def __repr__(self) -> str:
         state = "finished" if self._finished else "running"
-        return (f"Run({self.mode}, step={self.step_index}, rows={self.sequences.shape[0]}, "
-                f"{state})")
+        return f"Run({self.mode}, step={self.step_index}, rows={self.sequences.shape[0]}, {state})"
 
 
 def _call_custom_generate(fn, model, run: Run):
@@ -776,10 +833,16 @@ def _call_custom_generate(fn, model, run: Run):
     inner = getattr(run.cache, "inner", None)
     if inner is not None:
         kwargs["past_key_values"] = inner
-    return fn(model, run.sequences, logits_processor=run.processors,
-              stopping_criteria=run.stopping_criteria, generation_config=run.gen_config,
-              synced_gpus=False,
-              streamer=run.streamer, **kwargs)
+    return fn(
+        model,
+        run.sequences,
+        logits_processor=run.processors,
+        stopping_criteria=run.stopping_criteria,
+        generation_config=run.gen_config,
+        synced_gpus=False,
+        streamer=run.streamer,
+        **kwargs,
+    )
 
 
 def start(model, **kwargs) -> Run:
@@ -812,8 +875,10 @@ def generate(
     """
     if custom_generate is not None:
         if not callable(custom_generate):
-            raise ValueError("custom_generate must be a callable here (no Hub downloads): "
-                             "custom_generate(model, input_ids, generation_config, ...)")
+            raise ValueError(
+                "custom_generate must be a callable here (no Hub downloads): "
+                "custom_generate(model, input_ids, generation_config, ...)"
+            )
     run = Run(
         model,
         input_ids=kwargs.pop("input_ids", None) if inputs is None else inputs,

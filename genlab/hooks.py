@@ -76,7 +76,9 @@ class HookRegistry:
         return remove
 
     @contextlib.contextmanager
-    def temporary(self, mapping: dict[str, Hook | list[Hook]] | None = None, **hooks) -> Iterator[None]:
+    def temporary(
+        self, mapping: dict[str, Hook | list[Hook]] | None = None, **hooks
+    ) -> Iterator[None]:
         """Register hooks for the duration of a ``with`` block; always cleaned up."""
         items = dict(mapping or {}, **hooks)
         removers = []

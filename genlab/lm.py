@@ -48,11 +48,17 @@ class GenerationResult:
 
         out = self.output
         if getattr(out, "scores", None) is None:
-            raise ValueError("no scores were recorded: generate with output_scores=True "
-                             "and return_dict_in_generate=True (lm.generate does by default)")
+            raise ValueError(
+                "no scores were recorded: generate with output_scores=True "
+                "and return_dict_in_generate=True (lm.generate does by default)"
+            )
         beam_indices = getattr(out, "beam_indices", None)
-        ts = compute_transition_scores(out.sequences, out.scores, beam_indices,
-                                       normalize_logits=normalize_logits and beam_indices is None)
+        ts = compute_transition_scores(
+            out.sequences,
+            out.scores,
+            beam_indices,
+            normalize_logits=normalize_logits and beam_indices is None,
+        )
         ids = self.generated_ids[row].tolist()
         vals = ts[row].tolist()
         tok = self.run.tokenizer
@@ -63,16 +69,22 @@ class GenerationResult:
                 break
             if i and ids[i - 1] in eos:
                 break  # the row had finished: the rest is padding
-            rows.append({"step": i, "token_id": tid,
-                         "token": tok.decode([tid]) if tok is not None else str(tid),
-                         "logprob": lp, "prob": float(torch.tensor(lp).exp())})
+            rows.append(
+                {
+                    "step": i,
+                    "token_id": tid,
+                    "token": tok.decode([tid]) if tok is not None else str(tid),
+                    "logprob": lp,
+                    "prob": float(torch.tensor(lp).exp()),
+                }
+            )
         return pd.DataFrame(rows)
 
     def _repr_html_(self) -> str:
-        body = "".join(f"<pre style='white-space:pre-wrap'>{html.escape(t)}</pre>"
-                       for t in self.texts)
-        return f"<div><b>genlab result</b> ({self.run.mode}, {len(self.texts)} row(s))" \
-               f"{body}</div>"
+        body = "".join(
+            f"<pre style='white-space:pre-wrap'>{html.escape(t)}</pre>" for t in self.texts
+        )
+        return f"<div><b>genlab result</b> ({self.run.mode}, {len(self.texts)} row(s)){body}</div>"
 
     def __repr__(self) -> str:
         return f"GenerationResult(mode={self.run.mode!r}, texts={self.texts!r})"
@@ -119,8 +131,9 @@ class LM:
         texts = [prompt] if isinstance(prompt, str) else list(prompt)
         if chat:
             msgs = [[{"role": "system", "content": system}] if system else [] for _ in texts]
-            texts = [self._chat_text(m + [{"role": "user", "content": t}])
-                     for m, t in zip(msgs, texts)]
+            texts = [
+                self._chat_text(m + [{"role": "user", "content": t}]) for m, t in zip(msgs, texts)
+            ]
             enc = tok(texts, padding=True, return_tensors="pt", add_special_tokens=False)
         else:
             enc = tok(texts, padding=True, return_tensors="pt")
@@ -128,33 +141,66 @@ class LM:
 
     def _chat_text(self, messages) -> str:
         return self._need_tokenizer().apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True)
+            messages, tokenize=False, add_generation_prompt=True
+        )
 
     def _need_tokenizer(self):
         if self.tokenizer is None:
             raise ValueError("this model has no tokenizer: pass token ids instead of text")
         return self.tokenizer
 
-    def start(self, prompt=None, *, chat: bool | None = None, system: str | None = None,
-              trace: bool | dict = False, seed: int | None = None, **config) -> Run:
+    def start(
+        self,
+        prompt=None,
+        *,
+        chat: bool | None = None,
+        system: str | None = None,
+        trace: bool | dict = False,
+        seed: int | None = None,
+        **config,
+    ) -> Run:
         """A steppable run (keeps history so it can rewind)."""
-        ids, mask = (None, None) if prompt is None else self.encode(prompt, chat=chat,
-                                                                    system=system)
+        ids, mask = (
+            (None, None) if prompt is None else self.encode(prompt, chat=chat, system=system)
+        )
         config.setdefault("return_dict_in_generate", True)
         config.setdefault("output_scores", True)
-        return Run(self.model, input_ids=ids, attention_mask=mask, tokenizer=self.tokenizer,
-                   trace=trace, seed=seed, keep_history=True, **config)
+        return Run(
+            self.model,
+            input_ids=ids,
+            attention_mask=mask,
+            tokenizer=self.tokenizer,
+            trace=trace,
+            seed=seed,
+            keep_history=True,
+            **config,
+        )
 
-    def generate(self, prompt=None, *, chat: bool | None = None, system: str | None = None,
-                 trace: bool | dict = False, seed: int | None = None,
-                 **config) -> GenerationResult:
+    def generate(
+        self,
+        prompt=None,
+        *,
+        chat: bool | None = None,
+        system: str | None = None,
+        trace: bool | dict = False,
+        seed: int | None = None,
+        **config,
+    ) -> GenerationResult:
         """Generate from text; returns a :class:`GenerationResult` (text, tables, trace)."""
-        ids, mask = (None, None) if prompt is None else self.encode(prompt, chat=chat,
-                                                                    system=system)
+        ids, mask = (
+            (None, None) if prompt is None else self.encode(prompt, chat=chat, system=system)
+        )
         config.setdefault("return_dict_in_generate", True)
         config.setdefault("output_scores", True)
-        run = Run(self.model, input_ids=ids, attention_mask=mask, tokenizer=self.tokenizer,
-                  trace=trace, seed=seed, **config)
+        run = Run(
+            self.model,
+            input_ids=ids,
+            attention_mask=mask,
+            tokenizer=self.tokenizer,
+            trace=trace,
+            seed=seed,
+            **config,
+        )
         run.run()
         return self.result(run)
 

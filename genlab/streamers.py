@@ -312,3 +312,128 @@ class NotebookStreamer(TextStreamer):
         self._tokens_since_refresh = 0
         self._last_refresh = float("-inf")
         self._ended = False
+
+
+class BeamStreamer:
+    """Show the best beams of a beam search while it runs (a ``step_end`` hook consumer).
+
+    tokenizer: decodes token ids (None shows the ids); batch: which input to show;
+    top: how many beams / finished hypotheses to list (default: all);
+    every: refresh after at least this many steps; min_interval: and this many seconds.
+
+    Each refresh lists the running beams and the finished hypotheses of the input, best
+    (length-normalised) score first, as lines ``score  [done]  text``. In a notebook the
+    list updates in place; outside one the final list is printed at the end. Every shown
+    list is also kept in ``self.snapshots`` (step, [(score, finished, text), ...]).
+
+    Use it as a streamer (genlab only: transformers refuses streamers with beams)::
+
+        lm.generate("Once", num_beams=4, max_new_tokens=20, streamer=BeamStreamer(lm.tokenizer))
+
+    or attach it to a run you step by hand: ``BeamStreamer(tok).attach(run)``.
+    """
+
+    is_beam_streamer = True
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        *,
+        batch: int = 0,
+        top: int | None = None,
+        every: int = 1,
+        min_interval: float = 0.1,
+        skip_special_tokens: bool = True,
+    ):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every: expected an integer >= 1 (steps per refresh); got {every!r}")
+        if not isinstance(min_interval, (int, float)) or not min_interval >= 0:
+            raise ValueError(f"min_interval: expected seconds >= 0; got {min_interval!r}")
+        if top is not None and (not isinstance(top, int) or top < 1):
+            raise ValueError(f"top: expected None or an integer >= 1; got {top!r}")
+        if not isinstance(batch, int) or batch < 0:
+            raise ValueError(f"batch: expected an input index >= 0; got {batch!r}")
+        self.tokenizer = tokenizer
+        self.batch = batch
+        self.top = top
+        self.every = every
+        self.min_interval = float(min_interval)
+        self.skip_special_tokens = skip_special_tokens
+        self.snapshots: list[tuple[int, list[tuple[float, bool, str]]]] = []
+        self.refreshes = 0
+        self._run: Any = None
+        self._remove: Any = None
+        self._handle: Any = None
+        self._steps_since = 0
+        self._last_refresh = float("-inf")
+        self._in_notebook = _notebook_kernel_running()
+
+    def attach(self, run: Any) -> BeamStreamer:
+        """Listen to ``run``'s ``step_end`` hook (replacing an earlier attachment)."""
+        self.detach()
+        if self.batch >= run.batch_size:
+            raise ValueError(f"batch={self.batch} but the run has {run.batch_size} input(s)")
+        self._run = run
+        self._remove = run.add_hook("step_end", self._on_step)
+        self._handle = None
+        return self
+
+    def detach(self) -> None:
+        """Stop listening."""
+        if self._remove is not None:
+            self._remove()
+        self._remove = None
+
+    def beams(self) -> list[tuple[float, bool, str]]:
+        """The current list: (score, finished, text), best first."""
+        run = self._run
+        if run is None:
+            return []
+        listing = getattr(run.strategy, "beams", None)
+        if listing is None:  # not a beam search: the row itself, unscored
+            p = run.prompt_length
+            entries = [(run.sequences[self.batch, p:].tolist(), float("nan"), run.finished)]
+        else:
+            entries = listing(run, self.batch)
+        rows = [(score, done, self._decode(ids)) for ids, score, done in entries]
+        return rows[: self.top] if self.top else rows
+
+    def _decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return " ".join(str(i) for i in ids)
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def _on_step(self, record: Any, *, step: int) -> None:
+        self._steps_since += 1
+        finished = bool(getattr(record, "finished", False))
+        waited = _clock() - self._last_refresh
+        if finished or (self._steps_since >= self.every and waited >= self.min_interval):
+            self._refresh(step, finished)
+
+    def render(self, rows: list[tuple[float, bool, str]] | None = None) -> str:
+        """The list as plain text, one line per beam."""
+        rows = self.beams() if rows is None else rows
+        return "\n".join(
+            f"{score:9.3f}  {'done' if done else '    '}  {text}" for score, done, text in rows
+        )
+
+    def _refresh(self, step: int, finished: bool) -> None:
+        rows = self.beams()
+        self.snapshots.append((step, rows))
+        self.refreshes += 1
+        self._steps_since = 0
+        self._last_refresh = _clock()
+        text = self.render(rows)
+        if self._in_notebook:
+            from IPython.display import HTML, display
+
+            body = HTML(
+                f'<pre class="genlab-beams" style="margin: 0">step {step}\n'
+                f"{html.escape(text)}</pre>"
+            )
+            if self._handle is None:
+                self._handle = display(body, display_id=True)
+            else:
+                self._handle.update(body)
+        elif finished:
+            print(text, flush=True)

@@ -87,16 +87,18 @@ class Tracer:
             # each surviving row records the token it got from its parent
             chosen[parents.cpu()] = selection.tokens.cpu()
         stages = [self._summarise(name, s, chosen) for name, s in self._current]
-        self.steps.append(StepRecord(
-            step=step,
-            tokens=selection.tokens.detach().cpu().clone(),
-            parents=None if parents is None else parents.detach().cpu().clone(),
-            chosen_for_row=chosen,
-            stages=stages,
-            forced=record.forced,
-            finished=record.finished,
-            info=dict(selection.info or {}),
-        ))
+        self.steps.append(
+            StepRecord(
+                step=step,
+                tokens=selection.tokens.detach().cpu().clone(),
+                parents=None if parents is None else parents.detach().cpu().clone(),
+                chosen_for_row=chosen,
+                stages=stages,
+                forced=record.forced,
+                finished=record.finished,
+                info=dict(selection.info or {}),
+            )
+        )
         self._current = []
 
     def _summarise(self, name: str, scores: torch.Tensor, chosen: torch.LongTensor):
@@ -131,8 +133,12 @@ class Tracer:
 
     @property
     def trace(self) -> Trace:
-        return Trace(self.steps, tokenizer=self.run.tokenizer, prompt_length=self.run.prompt_length,
-                     run=self.run)
+        return Trace(
+            self.steps,
+            tokenizer=self.run.tokenizer,
+            prompt_length=self.run.prompt_length,
+            run=self.run,
+        )
 
 
 class Trace:
@@ -175,17 +181,47 @@ class Trace:
                     for rank, (tid, v, lp) in enumerate(zip(ids, vals, lps)):
                         out.append(self._row(rec, r, st.name, tid, v, lp, rank, tid == chosen))
                     if chosen >= 0 and chosen not in ids:
-                        out.append(self._row(rec, r, st.name, chosen, float(st.chosen_values[r]),
-                                             float(st.chosen_logprobs[r]),
-                                             int(st.chosen_ranks[r]), True))
-        return pd.DataFrame(out, columns=["step", "row", "stage", "token_id", "token", "logit",
-                                          "logprob", "prob", "rank", "chosen", "finished"])
+                        out.append(
+                            self._row(
+                                rec,
+                                r,
+                                st.name,
+                                chosen,
+                                float(st.chosen_values[r]),
+                                float(st.chosen_logprobs[r]),
+                                int(st.chosen_ranks[r]),
+                                True,
+                            )
+                        )
+        return pd.DataFrame(
+            out,
+            columns=[
+                "step",
+                "row",
+                "stage",
+                "token_id",
+                "token",
+                "logit",
+                "logprob",
+                "prob",
+                "rank",
+                "chosen",
+                "finished",
+            ],
+        )
 
     def _row(self, rec, r, stage, tid, value, lp, rank, chosen):
         return {
-            "step": rec.step, "row": r, "stage": stage, "token_id": tid,
-            "token": self.token_text(tid), "logit": value, "logprob": lp,
-            "prob": float(torch.tensor(lp).exp()), "rank": rank, "chosen": chosen,
+            "step": rec.step,
+            "row": r,
+            "stage": stage,
+            "token_id": tid,
+            "token": self.token_text(tid),
+            "logit": value,
+            "logprob": lp,
+            "prob": float(torch.tensor(lp).exp()),
+            "rank": rank,
+            "chosen": chosen,
             "finished": rec.finished,
         }
 
@@ -202,18 +238,27 @@ class Trace:
                 continue
             alts = [
                 f"{self.token_text(i)!r} {p:.3f}"
-                for i, p in zip(final.top_ids[row, :alternatives].tolist(),
-                                final.top_logprobs[row, :alternatives].exp().tolist())
+                for i, p in zip(
+                    final.top_ids[row, :alternatives].tolist(),
+                    final.top_logprobs[row, :alternatives].exp().tolist(),
+                )
             ]
             lp = float(final.chosen_logprobs[row])
-            out.append({
-                "step": rec.step, "token_id": tid, "token": self.token_text(tid),
-                "logprob": lp, "prob": float(torch.tensor(lp).exp()),
-                "rank": int(final.chosen_ranks[row]), "entropy": float(final.entropy[row]),
-                "raw_logprob": float(raw.chosen_logprobs[row]),
-                "raw_entropy": float(raw.entropy[row]), "forced": rec.forced,
-                "top": ", ".join(alts),
-            })
+            out.append(
+                {
+                    "step": rec.step,
+                    "token_id": tid,
+                    "token": self.token_text(tid),
+                    "logprob": lp,
+                    "prob": float(torch.tensor(lp).exp()),
+                    "rank": int(final.chosen_ranks[row]),
+                    "entropy": float(final.entropy[row]),
+                    "raw_logprob": float(raw.chosen_logprobs[row]),
+                    "raw_entropy": float(raw.entropy[row]),
+                    "forced": rec.forced,
+                    "top": ", ".join(alts),
+                }
+            )
         return pd.DataFrame(out)
 
     def transition_scores(self, normalize_logits: bool = False) -> pd.DataFrame:
@@ -226,9 +271,16 @@ class Trace:
             for r, tid in enumerate(rec.chosen_for_row.tolist()):
                 if tid < 0:
                     continue
-                out.append({"step": rec.step, "row": r, "token_id": tid,
-                            "token": self.token_text(tid), "score": float(vals[r]),
-                            "prob": float(final.chosen_logprobs[r].exp())})
+                out.append(
+                    {
+                        "step": rec.step,
+                        "row": r,
+                        "token_id": tid,
+                        "token": self.token_text(tid),
+                        "score": float(vals[r]),
+                        "prob": float(final.chosen_logprobs[r].exp()),
+                    }
+                )
         return pd.DataFrame(out)
 
     def stage_summary(self, step: int, row: int = 0) -> pd.DataFrame:
@@ -239,15 +291,18 @@ class Trace:
         prev_kept = None
         for st in rec.stages:
             kept = int(st.kept[row])
-            out.append({
-                "stage": st.name, "tokens_kept": kept,
-                "removed_tokens": 0 if prev_kept is None else prev_kept - kept,
-                "chosen_prob": float(st.chosen_logprobs[row].exp()),
-                "chosen_rank": int(st.chosen_ranks[row]),
-                "top_token": self.token_text(int(st.top_ids[row, 0])),
-                "top_prob": float(st.top_logprobs[row, 0].exp()),
-                "entropy": float(st.entropy[row]),
-            })
+            out.append(
+                {
+                    "stage": st.name,
+                    "tokens_kept": kept,
+                    "removed_tokens": 0 if prev_kept is None else prev_kept - kept,
+                    "chosen_prob": float(st.chosen_logprobs[row].exp()),
+                    "chosen_rank": int(st.chosen_ranks[row]),
+                    "top_token": self.token_text(int(st.top_ids[row, 0])),
+                    "top_prob": float(st.top_logprobs[row, 0].exp()),
+                    "entropy": float(st.entropy[row]),
+                }
+            )
             prev_kept = kept
         return pd.DataFrame(out)
 
@@ -283,8 +338,10 @@ class Trace:
         log-prob of the token after its parent), score (accumulated), normalized_score
         (score / generated_length ** length_penalty), fate (kept / finished / rejected /
         pruned / diversity / constraint), source (search / constraint / unpenalized),
-        beam (index of the running beam it became, else -1), slot (hypothesis-pool slot,
-        else -1), returned (on the path of a returned sequence), returned_row.
+        group (beam group; 0 outside group beam search), beam (index of the running beam
+        it became, else -1), slot (hypothesis-pool slot, else -1), returned_rows (the
+        output rows whose sequence goes through this node), returned (that is not empty).
+        :meth:`returned_path` gives one returned sequence's nodes in order.
 
         ``rejected``: it finished but the hypothesis pool did not take it; ``diversity``:
         in the group's top candidates only without the diversity penalty; ``constraint``:
@@ -299,39 +356,63 @@ class Trace:
         frames = []
         for rec in self._beam_records():
             c = rec.info["candidates"]
-            frame = pd.DataFrame({
-                "step": rec.step,
-                "batch": c["batch"].numpy(),
-                "node": c["node"].numpy(),
-                "parent_node": c["parent_node"].numpy(),
-                "parent_beam": c["parent"].numpy(),
-                "rank": c["rank"].numpy(),
-                "token_id": c["token"].numpy(),
-                "token_logprob": c["token_logprob"].float().numpy(),
-                "score": c["score"].float().numpy(),
-                "normalized_score": c["normalized"].float().numpy(),
-                "fate": [FATES[i] for i in c["fate"].tolist()],
-                "source": [SOURCES[i] for i in c["source"].tolist()],
-                "beam": c["beam"].numpy(),
-                "slot": c["slot"].numpy(),
-            })
+            frame = pd.DataFrame(
+                {
+                    "step": rec.step,
+                    "batch": c["batch"].numpy(),
+                    "node": c["node"].numpy(),
+                    "parent_node": c["parent_node"].numpy(),
+                    "parent_beam": c["parent"].numpy(),
+                    "rank": c["rank"].numpy(),
+                    "token_id": c["token"].numpy(),
+                    "token_logprob": c["token_logprob"].float().numpy(),
+                    "score": c["score"].float().numpy(),
+                    "normalized_score": c["normalized"].float().numpy(),
+                    "fate": [FATES[i] for i in c["fate"].tolist()],
+                    "source": [SOURCES[i] for i in c["source"].tolist()],
+                    "group": c["group"].numpy(),
+                    "beam": c["beam"].numpy(),
+                    "slot": c["slot"].numpy(),
+                }
+            )
             frames.append(frame)
         tree = pd.concat(frames, ignore_index=True)
         tree.insert(7, "token", [self.token_text(t) for t in tree.token_id.tolist()])
-        tree["returned"] = False
-        tree["returned_row"] = -1
-        parent_of = dict(zip(tree.node.tolist(), tree.parent_node.tolist()))
-        position = {node: i for i, node in enumerate(tree.node.tolist()) if node >= 0}
-        for row, node in enumerate(self.returned_nodes()):
-            while node >= 0 and node in position:
-                i = position[node]
-                if not tree.at[i, "returned"]:
-                    tree.at[i, "returned"] = True
-                    tree.at[i, "returned_row"] = row
-                node = parent_of[node]
+        rows_of: dict[int, list[int]] = {}
+        for row, path in enumerate(self._returned_paths(tree)):
+            for node in path:
+                rows_of.setdefault(node, []).append(row)
+        tree["returned_rows"] = [tuple(rows_of.get(n, ())) if n >= 0 else () for n in tree.node]
+        tree["returned"] = tree.returned_rows.map(bool)
         if batch is not None:
             tree = tree[tree.batch == batch].reset_index(drop=True)
         return tree
+
+    def _returned_paths(self, tree: pd.DataFrame) -> list[list[int]]:
+        """For every returned sequence, its node ids from the first step to the last."""
+        parent_of = dict(zip(tree.node.tolist(), tree.parent_node.tolist()))
+        paths = []
+        for node in self.returned_nodes():
+            path = []
+            while node >= 0 and node in parent_of:
+                path.append(node)
+                node = parent_of[node]
+            paths.append(path[::-1])
+        return paths
+
+    def returned_path(self, row: int = 0) -> pd.DataFrame:
+        """The beam-tree nodes of returned sequence ``row`` (an output row), step by step:
+        its tokens, their log-probs and the running scores; empty while the run goes on."""
+        tree = self.beam_tree()
+        paths = self._returned_paths(tree)
+        if not 0 <= row < max(len(paths), 1):
+            raise ValueError(
+                f"row must be in [0, {len(paths)}) (the returned sequences), got {row}"
+            )
+        if not paths:
+            return tree.iloc[:0]
+        index = tree.reset_index().set_index("node").loc[paths[row], "index"]
+        return tree.loc[index.to_numpy()].reset_index(drop=True)
 
     def hypotheses(self, batch: int | None = None) -> pd.DataFrame:
         """The pool of finished hypotheses after every step: step, batch, group, slot,
@@ -341,9 +422,18 @@ class Trace:
             pool = rec.info.get("pool") or {}
             if "entries" in pool:  # group / constrained: lists of finished hypotheses
                 for slot, e in enumerate(pool["entries"]):
-                    out.append({"step": rec.step, "batch": e["batch"], "group": e["group"],
-                                "slot": slot, "score": e["score"], "length": len(e["tokens"]),
-                                "text": self._join(e["tokens"]), "node": e["node"]})
+                    out.append(
+                        {
+                            "step": rec.step,
+                            "batch": e["batch"],
+                            "group": e["group"],
+                            "slot": slot,
+                            "score": e["score"],
+                            "length": len(e["tokens"]),
+                            "text": self._join(e["tokens"]),
+                            "node": e["node"],
+                        }
+                    )
                 continue
             B, n = pool["score"].shape
             for b in range(B):
@@ -352,9 +442,18 @@ class Trace:
                         continue
                     length = int(pool["length"][b, slot])
                     toks = pool["tokens"][b, slot, :length].tolist()
-                    out.append({"step": rec.step, "batch": b, "group": 0, "slot": slot,
-                                "score": float(pool["score"][b, slot]), "length": length,
-                                "text": self._join(toks), "node": int(pool["node"][b, slot])})
+                    out.append(
+                        {
+                            "step": rec.step,
+                            "batch": b,
+                            "group": 0,
+                            "slot": slot,
+                            "score": float(pool["score"][b, slot]),
+                            "length": length,
+                            "text": self._join(toks),
+                            "node": int(pool["node"][b, slot]),
+                        }
+                    )
         cols = ["step", "batch", "group", "slot", "score", "length", "text", "node"]
         table = pd.DataFrame(out, columns=cols)
         if batch is not None:
@@ -370,21 +469,33 @@ class Trace:
             es = rec.info.get("early_stop") or {}
             if "best_possible" in es:
                 for b in range(len(es["best_possible"])):
-                    out.append({
-                        "step": rec.step, "batch": b, "rule": es["rule"],
-                        "generated_length": es["generated_length"],
-                        "best_running": float(es["best_running"][b]),
-                        "best_possible": float(es["best_possible"][b]),
-                        "worst_finished": float(es["worst_finished"][b]),
-                        "n_finished": int(es["n_finished"][b]),
-                        "improvable": bool(es["still_open"][b]), "done": es["done"],
-                    })
+                    out.append(
+                        {
+                            "step": rec.step,
+                            "batch": b,
+                            "rule": es["rule"],
+                            "generated_length": es["generated_length"],
+                            "best_running": float(es["best_running"][b]),
+                            "best_possible": float(es["best_possible"][b]),
+                            "worst_finished": float(es["worst_finished"][b]),
+                            "n_finished": int(es["n_finished"][b]),
+                            "improvable": bool(es["still_open"][b]),
+                            "done": es["done"],
+                        }
+                    )
             else:
                 flags = es.get("done_groups", es.get("done_inputs"))
                 for b in range(len(flags)):
-                    out.append({"step": rec.step, "batch": b, "rule": es["rule"],
-                                "generated_length": es["generated_length"],
-                                "input_done": bool(flags[b].all()), "done": es["done"]})
+                    out.append(
+                        {
+                            "step": rec.step,
+                            "batch": b,
+                            "rule": es["rule"],
+                            "generated_length": es["generated_length"],
+                            "input_done": bool(flags[b].all()),
+                            "done": es["done"],
+                        }
+                    )
         return pd.DataFrame(out)
 
     def _join(self, token_ids: list[int]) -> str:

@@ -18,9 +18,18 @@ torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
 def tiny_llama(seed: int = 0, vocab: int = 96, **overrides):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-               bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     cfg.update(overrides)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(LlamaConfig(**cfg)).eval()

@@ -8,6 +8,9 @@ steps with the cache, and logits (hidden states, attentions) are compared step b
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import pytest
 import torch
 from transformers import (
@@ -220,7 +223,7 @@ def test_positions_beyond_the_initial_rope_table_match_reference():
         theirs = hf_model(input_ids=ids, position_ids=positions).logits
     ours = lm.forward(ids, position_ids=positions, cache=None, logits_to_keep=0).logits
     assert (ours - theirs).abs().max().item() <= TOL
-    assert lm.rope.cos.shape[0] > 5004
+    assert lm.rope.table.shape[0] > 5004
 
 
 # ---- hidden states and attentions ------------------------------------------------------------
@@ -250,6 +253,27 @@ def test_outputs_are_none_unless_asked():
     out = lm.forward(torch.tensor([[5, 6, 7]]), cache=lm.new_cache(1))
     assert out.hidden_states is None and out.attentions is None
     assert out.logits.shape == (1, 1, VOCAB)
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_a_view_on_the_first_layers_matches_a_truncated_reference(make):
+    # what assistant_early_exit does: copy the decoder, keep its first k layers
+    hf_model = make()
+    lm = genlab_from(hf_model)
+    view = copy.copy(lm)
+    view.layers = lm.layers[:1]
+    view.settings = dataclasses.replace(lm.settings, num_layers=1)
+    base = hf_model.model if hasattr(hf_model, "model") else hf_model.transformer
+    if hasattr(base, "layers"):
+        base.layers = base.layers[:1]
+    else:
+        base.h = base.h[:1]
+    ids, mask, pos = left_padded_batch()
+    with torch.no_grad():
+        expected = hf_model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    ours = view.forward(ids, attention_mask=mask, position_ids=pos, cache=view.new_cache(3),
+                        logits_to_keep=0).logits  # fmt: skip
+    assert (ours - expected).abs().max().item() <= TOL
 
 
 # ---- cache behaviour -------------------------------------------------------------------------
@@ -368,6 +392,10 @@ def test_info_is_filled_from_the_config():
     assert (gpt.info.max_position_embeddings, gpt.info.architecture) == (64, "gpt2")
     assert isinstance(gpt.new_cache(2), KVCache)
     assert supported_model_types() == ["gpt2", "llama", "mistral", "qwen2"]
+    assert repr(lm) == (
+        "LlamaDecoder('tiny', llama, 2 layers, hidden 64, heads 4/2 kv, vocab 101, float32)"
+    )
+    assert repr(gpt).startswith("GPT2Decoder('model', 2 layers, hidden 48, heads 4")
 
 
 def test_minimal_config_json_takes_reference_defaults():

@@ -34,8 +34,16 @@ SAMPLING_CASES = [
     ("typical", {"typical_p": 0.9}),
     ("epsilon", {"epsilon_cutoff": 0.01}),
     ("eta", {"eta_cutoff": 0.01}),
-    ("combo", {"temperature": 1.3, "top_k": 20, "top_p": 0.9, "repetition_penalty": 1.2,
-               "no_repeat_ngram_size": 3}),
+    (
+        "combo",
+        {
+            "temperature": 1.3,
+            "top_k": 20,
+            "top_p": 0.9,
+            "repetition_penalty": 1.2,
+            "no_repeat_ngram_size": 3,
+        },
+    ),
     ("combo_renorm", {"temperature": 0.5, "min_p": 0.05, "renormalize_logits": True}),
 ]
 OUT = dict(return_dict_in_generate=True, output_scores=True, output_logits=True)
@@ -68,8 +76,11 @@ def test_greedy_parity(hf_llama, padded_batch, name, cfg):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("name,cfg", PROCESSOR_CASES + SAMPLING_CASES,
-                         ids=[c[0] for c in PROCESSOR_CASES + SAMPLING_CASES])
+@pytest.mark.parametrize(
+    "name,cfg",
+    PROCESSOR_CASES + SAMPLING_CASES,
+    ids=[c[0] for c in PROCESSOR_CASES + SAMPLING_CASES],
+)
 def test_sampling_parity(hf_llama, padded_batch, name, cfg, seed):
     ids, mask = padded_batch
     ref, ours = _both(hf_llama, ids, mask, seed, max_new_tokens=10, do_sample=True, **cfg)
@@ -82,8 +93,18 @@ def test_num_return_sequences_and_eos_padding(hf_llama, padded_batch):
     first = hf_llama.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
     eos = int(first[0, ids.shape[1] + 2])
     for seed in range(3):
-        ref, ours = _both(hf_llama, ids, mask, seed, max_new_tokens=12, do_sample=True,
-                          num_return_sequences=3, eos_token_id=eos, pad_token_id=0, top_k=8)
+        ref, ours = _both(
+            hf_llama,
+            ids,
+            mask,
+            seed,
+            max_new_tokens=12,
+            do_sample=True,
+            num_return_sequences=3,
+            eos_token_id=eos,
+            pad_token_id=0,
+            top_k=8,
+        )
         assert_same(ref, ours)
     ref, ours = _both(hf_llama, ids, mask, 0, max_new_tokens=12, eos_token_id=eos)
     assert_same(ref, ours)
@@ -92,8 +113,12 @@ def test_num_return_sequences_and_eos_padding(hf_llama, padded_batch):
 
 def test_length_semantics(hf_llama, padded_batch):
     ids, mask = padded_batch
-    for cfg in ({"max_length": 15}, {}, {"max_new_tokens": 3}, {"min_length": 12,
-                                                                 "max_length": 14}):
+    for cfg in (
+        {"max_length": 15},
+        {},
+        {"max_new_tokens": 3},
+        {"min_length": 12, "max_length": 14},
+    ):
         ref, ours = _both(hf_llama, ids, mask, 0, **cfg)
         assert_same(ref, ours)
 
@@ -128,20 +153,39 @@ def test_plain_tensor_output_and_transition_scores(hf_llama, padded_batch):
 
 
 def test_user_processors_and_criteria_from_transformers(hf_llama, padded_batch):
-    from transformers import (LogitsProcessorList, MaxLengthCriteria, StoppingCriteriaList,
-                              TopKLogitsWarper)
+    from transformers import (
+        LogitsProcessorList,
+        MaxLengthCriteria,
+        StoppingCriteriaList,
+        TopKLogitsWarper,
+    )
 
     ids, mask = padded_batch
     procs = LogitsProcessorList([TopKLogitsWarper(4)])
     crit = StoppingCriteriaList([MaxLengthCriteria(ids.shape[1] + 5)])
     for seed in range(2):
         torch.manual_seed(seed)
-        ref = hf_llama.generate(ids, attention_mask=mask, do_sample=True, top_k=0,
-                                logits_processor=procs, stopping_criteria=crit,
-                                max_new_tokens=20, **OUT)
+        ref = hf_llama.generate(
+            ids,
+            attention_mask=mask,
+            do_sample=True,
+            top_k=0,
+            logits_processor=procs,
+            stopping_criteria=crit,
+            max_new_tokens=20,
+            **OUT,
+        )
         torch.manual_seed(seed)
-        ours = genlab.generate(hf_llama, ids, attention_mask=mask, do_sample=True, top_k=0,
-                               logits_processor=procs, stopping_criteria=crit,
-                               max_new_tokens=20, **OUT)
+        ours = genlab.generate(
+            hf_llama,
+            ids,
+            attention_mask=mask,
+            do_sample=True,
+            top_k=0,
+            logits_processor=procs,
+            stopping_criteria=crit,
+            max_new_tokens=20,
+            **OUT,
+        )
         assert_same(ref, ours)
         assert ours.sequences.shape[1] == ids.shape[1] + 5

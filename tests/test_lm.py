@@ -74,8 +74,15 @@ def test_demo_matches_transformers_generate_on_same_weights(demo):
     assert not unexpected and set(missing) <= {"lm_head.weight"}
     hf.tie_weights()
     ids, mask = demo.encode("What is the capital of France?", chat=True)
-    ref = hf.generate(ids, attention_mask=mask, max_new_tokens=32, do_sample=False,
-                      eos_token_id=None, pad_token_id=2)
-    ours = genlab.generate(demo, ids, attention_mask=mask, max_new_tokens=32, eos_token_id=None,
-                           pad_token_id=2)
+    ref = hf.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=32,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=2,
+    )
+    ours = genlab.generate(
+        demo, ids, attention_mask=mask, max_new_tokens=32, eos_token_id=None, pad_token_id=2
+    )
     assert torch.equal(ref, ours)

@@ -13,8 +13,14 @@ PROMPT = torch.tensor([[1, 5, 17, 33, 8]])
 
 def _run(model, **cfg):
     cfg.setdefault("max_new_tokens", 12)
-    return Run(model, input_ids=PROMPT, keep_history=True, return_dict_in_generate=True,
-               output_scores=True, **cfg)
+    return Run(
+        model,
+        input_ids=PROMPT,
+        keep_history=True,
+        return_dict_in_generate=True,
+        output_scores=True,
+        **cfg,
+    )
 
 
 def test_generate_is_the_run_to_the_end(hf_llama):
@@ -24,7 +30,7 @@ def test_generate_is_the_run_to_the_end(hf_llama):
     while not run.finished:
         steps.append(run.step())
     assert torch.equal(run.output.sequences, a)
-    assert [int(s.tokens[0]) for s in steps] == a[0, PROMPT.shape[1]:].tolist()
+    assert [int(s.tokens[0]) for s in steps] == a[0, PROMPT.shape[1] :].tolist()
     assert run.step() is None
 
 
@@ -153,9 +159,18 @@ def test_processor_hook_and_select_hook(hf_llama):
 
 
 def test_trace_tables(hf_llama):
-    run = Run(hf_llama, input_ids=PROMPT, max_new_tokens=6, do_sample=True, top_k=5,
-              temperature=0.7, trace=True, seed=0, return_dict_in_generate=True,
-              output_scores=True)
+    run = Run(
+        hf_llama,
+        input_ids=PROMPT,
+        max_new_tokens=6,
+        do_sample=True,
+        top_k=5,
+        temperature=0.7,
+        trace=True,
+        seed=0,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     out = run.run()
     tr = run.tracer.trace
     assert tr.stages() == ["raw", "TemperatureLogitsWarper", "TopKLogitsWarper", "final"]

@@ -132,10 +132,17 @@ class KVCache:
         return buf_k[:, :, : start + n], buf_v[:, :, : start + n]
 
     def reorder(self, index: torch.LongTensor) -> None:
+        # only the filled positions move; the buffers stay where they are
         for i, (k, v) in enumerate(zip(self.keys, self.values)):
             if k is not None:
-                self.keys[i] = k.index_select(0, index.to(k.device))
-                self.values[i] = v.index_select(0, index.to(v.device))
+                n = self._len[i]
+                idx = index.to(k.device)
+                if idx.shape[0] != k.shape[0]:  # the number of rows changes: new buffers
+                    self.keys[i] = k.index_select(0, idx)
+                    self.values[i] = v.index_select(0, idx)
+                    continue
+                k[:, :, :n] = k[:, :, :n].index_select(0, idx)
+                v[:, :, :n] = v[:, :, :n].index_select(0, idx)
 
     def crop(self, length: int) -> None:
         if length < 0:

@@ -193,7 +193,7 @@ class GPT2Decoder:
         self.name = info.name
         self.wte = wte  # (vocab, hidden)
         self.wpe = wpe  # (max_positions, hidden)
-        self.blocks = blocks
+        self.layers = blocks  # named as in LlamaDecoder (early-exit views slice it)
         self.ln_f = ln_f
         self.head = head  # (vocab, hidden); the same tensor as wte when tied
         self.act = ACTIVATIONS[settings.activation]
@@ -202,6 +202,13 @@ class GPT2Decoder:
             base / (i + 1) if settings.scale_attn_by_inverse_layer_idx else base
             for i in range(settings.num_layers)
         ]
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (
+            f"GPT2Decoder({self.name!r}, {s.num_layers} layers, hidden {s.hidden_size}, heads "
+            f"{s.num_heads}, vocab {s.vocab_size}, {str(self.dtype).removeprefix('torch.')})"
+        )
 
     @classmethod
     def from_tensors(
@@ -289,7 +296,7 @@ class GPT2Decoder:
         h = F.embedding(input_ids, self.wte) + F.embedding(position_ids, self.wpe)
         hidden_states = [h] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.layers):
             h, weights = self._block(i, block, h, mask, is_causal, cache, past, attentions)
             if hidden_states is not None:
                 hidden_states.append(h)

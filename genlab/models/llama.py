@@ -5,11 +5,17 @@ One decoder layer, top to bottom::
     x ─ RMSNorm ─ fused QKV ─ RoPE(q, k) ─ append k, v to the cache ─ attention ─ o_proj ─(+x)
       ─ RMSNorm ─ fused gate|up ─ silu(gate) * up ─ down_proj ─(+)
 
-The weights are plain tensors (no ``nn.Module``): the q/k/v projections are stacked into one
-matrix and gate/up into another so that a decoding step runs two matrix products where the
-reference runs five; the RoPE cos/sin tables are computed once and looked up by position; keys
-and values are written in place into :class:`~genlab.models.base.KVCache`; the final norm and
-the vocabulary projection run only on the positions whose logits are kept.
+The weights are plain tensors (no ``nn.Module``), laid out for a lean decoding step:
+
+* q/k/v are stacked into one matrix and gate/up into another (two matrix products where the
+  reference runs five), and each RMSNorm weight is folded into the columns of the matrix that
+  follows it, so a norm costs one reduction and one multiply;
+* within each head, q/k rows are reordered so that the pairs RoPE rotates together are
+  adjacent: RoPE is then one complex multiplication by a precomputed table. Attention
+  scores do not change (q and k share the order); keys in the cache are stored that way;
+* keys and values are written in place into :class:`~genlab.models.base.KVCache`;
+* the residual additions ride on the output projections (``addmm``), and the final norm and
+  vocabulary projection run only on the positions whose logits are kept.
 
 This module also holds the input checks and attention-mask helpers that ``gpt2.py`` reuses.
 
@@ -281,46 +287,50 @@ def rope_inverse_frequencies(s: LlamaSettings) -> torch.Tensor:
 
 
 class RotaryTable:
-    """cos/sin tables indexed by position, grown on demand (never per step).
+    """Rotations ``exp(i * position * inv_freq)`` as complex64, by position, grown on demand.
 
-    ``lookup(position_ids)`` returns ``cos`` and ``sin_signed`` of shape (rows, new, 1, head_dim)
-    where ``sin_signed`` has its first half negated, so that rotating x is
-    ``x * cos + swap_halves(x) * sin_signed`` (see :func:`apply_rotary`).
+    The decoder stores each head's q/k dimensions interleaved (``interleave_rope_rows``), so
+    that the pairs RoPE rotates together, (j, j + head_dim/2) in transformers' layout, sit side
+    by side; rotating them is then one complex multiplication (:func:`apply_rotary`).
     """
 
     def __init__(self, inv_freq: torch.Tensor, initial_length: int = 4096):
         self.inv_freq = inv_freq  # (head_dim // 2,) float32
         self.initial_length = initial_length
-        self.cos = torch.empty(0)
-        self.sin_signed = torch.empty(0)
+        self.table = torch.empty(0, dtype=torch.complex64)  # (length, head_dim // 2)
 
-    def _build(self, length: int, dtype: torch.dtype, device: torch.device) -> None:
+    def _build(self, length: int, device: torch.device) -> None:
         positions = torch.arange(length, dtype=torch.float32)
-        freqs = torch.outer(positions, self.inv_freq)  # (length, head_dim // 2)
-        angles = torch.cat((freqs, freqs), dim=-1)  # (length, head_dim)
-        half = freqs.shape[-1]
-        sin = angles.sin()
-        sin[:, :half].neg_()
-        self.cos = angles.cos().to(device=device, dtype=dtype)
-        self.sin_signed = sin.to(device=device, dtype=dtype)
+        angles = torch.outer(positions, self.inv_freq)  # (length, head_dim // 2)
+        self.table = torch.polar(torch.ones_like(angles), angles).to(device)
 
-    def lookup(
-        self, position_ids: torch.Tensor, max_position: int, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """position_ids (rows, new) -> cos, sin_signed (rows, new, 1, head_dim)."""
-        if max_position >= self.cos.shape[0] or self.cos.dtype != dtype:
-            length = max(self.initial_length, 2 * self.cos.shape[0], max_position + 1)
-            self._build(length, dtype, position_ids.device)
-        return self.cos[position_ids].unsqueeze(2), self.sin_signed[position_ids].unsqueeze(2)
+    def lookup(self, position_ids: torch.Tensor, max_position: int) -> torch.Tensor:
+        """position_ids (rows, new) -> rotations (rows, new, 1, head_dim // 2) complex64."""
+        if max_position >= self.table.shape[0]:
+            length = max(self.initial_length, 2 * self.table.shape[0], max_position + 1)
+            self._build(length, position_ids.device)
+        return self.table[position_ids].unsqueeze(2)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
-    """Rotate x (rows, new, heads, head_dim) by the angles in cos/sin (rows, new, 1, head_dim).
+def interleave_rope_rows(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """Reorder a q/k projection's output rows so RoPE pairs are adjacent within each head.
 
-    Equivalent to ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = [-x2, x1]``.
+    weight (heads * head_dim, ...) in transformers' layout, where dimension j of a head is
+    rotated with j + head_dim/2 -> rows ordered (0, d/2, 1, d/2 + 1, ...). Attention scores are
+    unchanged, since q and k get the same order (keys in the cache are stored this way).
     """
-    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]
-    return torch.addcmul(x * cos, swapped, sin_signed)
+    half = weight.shape[0] // heads // 2
+    return weight.unflatten(0, (heads, 2, half)).transpose(1, 2).flatten(0, 2).contiguous()
+
+
+def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """Rotate x (rows, new, heads, head_dim), dims interleaved, by rotation (rows, new, 1, d/2).
+
+    The same numbers as transformers' ``x * cos + rotate_half(x) * sin`` on the
+    non-interleaved layout; returns a new tensor of x's shape and dtype.
+    """
+    pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))  # (rows, new, heads, d/2)
+    return torch.view_as_real(pairs * rotation).flatten(-2).to(x.dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,17 +489,17 @@ def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 class LlamaLayer:
     """One decoder layer's weights, stored the way the forward pass uses them.
 
-    qkv_weight: (q_out + 2 * kv_out, hidden); o_weight_t: (q_out, hidden) (transposed view);
-    gate_up_weight: (2 * intermediate, hidden); down_weight_t: (intermediate, hidden).
+    qkv_weight: (q_out + 2 * kv_out, hidden), q and k rows interleaved for RoPE, columns
+    scaled by the input RMSNorm weight; o_weight_t: (q_out, hidden) (a transposed view);
+    gate_up_weight: (2 * intermediate, hidden), columns scaled by the post-attention RMSNorm
+    weight; down_weight_t: (intermediate, hidden).
     """
 
     __slots__ = (
-        "attn_norm",
         "qkv_weight",
         "qkv_bias",
         "o_weight_t",
         "o_bias",
-        "mlp_norm",
         "gate_up_weight",
         "gate_up_bias",
         "down_weight_t",
@@ -525,7 +535,16 @@ class LlamaDecoder:
         self.head = head  # (vocab, hidden); the same tensor as embed when tied
         self.rope = RotaryTable(rope_inverse_frequencies(settings))
         self.scale = settings.head_dim**-0.5
+        self.eps = torch.tensor(settings.rms_norm_eps, dtype=embed.dtype, device=embed.device)
         self.name = info.name
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (
+            f"LlamaDecoder({self.name!r}, {s.model_type}, {s.num_layers} layers, hidden "
+            f"{s.hidden_size}, heads {s.num_heads}/{s.num_kv_heads} kv, vocab {s.vocab_size}, "
+            f"{str(self.dtype).removeprefix('torch.')})"
+        )
 
     # ---- construction ----------------------------------------------------------------------
 
@@ -546,27 +565,34 @@ class LlamaDecoder:
         def maybe(name: str) -> torch.Tensor | None:
             return get(name) if name in tensors else None
 
+        nh, nkv = settings.num_heads, settings.num_kv_heads
         layers = []
         for i in range(settings.num_layers):
             p = f"model.layers.{i}."
             a, m = p + "self_attn.", p + "mlp."
+            # RMSNorm weights folded into the columns of the projections that follow them
+            attn_norm = get(p + "input_layernorm.weight")
+            mlp_norm = get(p + "post_attention_layernorm.weight")
+            q = interleave_rope_rows(get(a + "q_proj.weight"), nh)
+            k = interleave_rope_rows(get(a + "k_proj.weight"), nkv)
             qkv_bias = None
             if settings.qkv_bias:
-                qkv_bias = torch.cat([get(a + f"{x}_proj.bias") for x in "qkv"])
+                qkv_bias = torch.cat([
+                    interleave_rope_rows(get(a + "q_proj.bias"), nh),
+                    interleave_rope_rows(get(a + "k_proj.bias"), nkv),
+                    get(a + "v_proj.bias"),
+                ])  # fmt: skip
+            gate_up = torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")])
             gate_up_bias = None
             if settings.mlp_bias:
                 gate_up_bias = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")])
             layers.append(
                 LlamaLayer(
-                    attn_norm=get(p + "input_layernorm.weight").contiguous(),
-                    qkv_weight=torch.cat([get(a + f"{x}_proj.weight") for x in "qkv"]),
+                    qkv_weight=torch.cat([q, k, get(a + "v_proj.weight")]) * attn_norm,
                     qkv_bias=qkv_bias,
                     o_weight_t=get(a + "o_proj.weight").contiguous().t(),
                     o_bias=maybe(a + "o_proj.bias"),
-                    mlp_norm=get(p + "post_attention_layernorm.weight").contiguous(),
-                    gate_up_weight=torch.cat(
-                        [get(m + "gate_proj.weight"), get(m + "up_proj.weight")]
-                    ),
+                    gate_up_weight=gate_up * mlp_norm,
                     gate_up_bias=gate_up_bias,
                     down_weight_t=get(m + "down_proj.weight").contiguous().t(),
                     down_bias=maybe(m + "down_proj.bias"),
@@ -618,7 +644,7 @@ class LlamaDecoder:
         )  # fmt: skip
         new_len = input_ids.shape[1]
         max_position = check_positions(self.name, position_ids, None)
-        cos, sin = self.rope.lookup(position_ids, max_position, self.dtype)  # (rows, new, 1, d)
+        rotation = self.rope.lookup(position_ids, max_position)  # (rows, new, 1, d/2) complex
         if output_attentions:  # explicit softmax path: the reference's additive eager mask
             keep = _keep_mask(attention_mask, past, new_len, s.sliding_window)
             mask, is_causal = additive_mask(keep, self.dtype), False
@@ -629,7 +655,7 @@ class LlamaDecoder:
         hidden_states = [h] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i, layer in enumerate(self.layers):
-            h, weights = self._layer(i, layer, h, cos, sin, mask, is_causal, cache, attentions)
+            h, weights = self._layer(i, layer, h, rotation, mask, is_causal, cache, attentions)
             if hidden_states is not None:
                 hidden_states.append(h)
             if attentions is not None:
@@ -655,15 +681,20 @@ class LlamaDecoder:
 
     # ---- one layer -------------------------------------------------------------------------
 
-    def _layer(self, index, layer, h, cos, sin, mask, is_causal, cache, attentions):
+    def _inverse_rms(self, h: torch.Tensor) -> torch.Tensor:
+        """1 / sqrt(mean(h**2) + eps) over the last axis: (..., hidden) -> (..., 1)."""
+        norm = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
+        return torch.addcmul(self.eps, norm, norm, value=1.0 / h.shape[-1]).rsqrt_()
+
+    def _layer(self, index, layer, h, rotation, mask, is_causal, cache, attentions):
         s = self.settings
         rows, new_len, hidden = h.shape
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
 
         # attention: one matmul for q, k and v; RoPE on q and k together
-        x = F.rms_norm(h, (hidden,), layer.attn_norm, s.rms_norm_eps)
+        x = h * self._inverse_rms(h)  # RMSNorm; its weight is folded into qkv_weight
         qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias).view(rows, new_len, nh + 2 * nkv, d)
-        qk = apply_rotary(qkv[:, :, : nh + nkv], cos, sin)  # (rows, new, nh + nkv, d)
+        qk = apply_rotary(qkv[:, :, : nh + nkv], rotation)  # (rows, new, nh + nkv, d)
         q = qk[:, :, :nh].transpose(1, 2)  # (rows, nh, new, d)
         k = qk[:, :, nh:].transpose(1, 2)  # (rows, nkv, new, d)
         v = qkv[:, :, nh + nkv :].transpose(1, 2)  # (rows, nkv, new, d)
@@ -685,7 +716,7 @@ class LlamaDecoder:
             h = h + layer.o_bias
 
         # gated MLP: one matmul for gate and up
-        x = F.rms_norm(h, (hidden,), layer.mlp_norm, s.rms_norm_eps)
+        x = h * self._inverse_rms(h)  # weight folded into gate_up_weight
         gate_up = F.linear(x, layer.gate_up_weight, layer.gate_up_bias)
         gate, up = gate_up.chunk(2, dim=-1)
         h = torch.addmm(h, F.silu(gate) * up, layer.down_weight_t)

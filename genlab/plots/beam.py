@@ -4,7 +4,8 @@ Columns are steps, rows the candidates of a step ranked by accumulated score (be
 top). Each candidate is linked to the beam it extends. Kept beams are blue boxes, finished
 hypotheses green boxes (dashed when the pool refused them), pruned candidates grey text,
 candidates lost to the diversity penalty purple and to the constraints red; the returned
-sequences are drawn as thick orange paths. Each box shows the token and, below it, the
+sequences are drawn as thick orange paths; tokens a constraint proposed are in italics.
+Each box shows the token and, below it, the
 length-normalised score (``score=`` picks another column of the node table).
 
 Built from ``trace.beam_tree()``; works for beam search, beam sampling, group and
@@ -51,6 +52,7 @@ def beam_tree(
     pruned: bool = True,
     score: str = "normalized_score",
     max_chars: int = 8,
+    decimals: int = 2,
     step_width: float = 1.05,
     row_height: float = 0.42,
     title: str | None = None,
@@ -64,6 +66,7 @@ def beam_tree(
     score: node-table column printed under each token (``normalized_score``, ``score``
         or ``token_logprob``);
     max_chars: tokens longer than this are cut with "…";
+    decimals: digits of the printed scores;
     step_width / row_height: inches per step column / per candidate row.
 
     Size checked legible: 8 beams x 30 steps (16 candidates a step), about 33 x 8 inches.
@@ -82,15 +85,24 @@ def beam_tree(
     shown = _with_rows(shown)
     n_rows = int(shown.y.max()) + 1 if len(shown) else 1
     n_steps = last - first + 1
-    fig = Figure(figsize=(max(6.0, step_width * (n_steps + 1) + 0.8),
-                          max(3.0, row_height * n_rows + 1.6)), layout="constrained")
+    fig = Figure(
+        figsize=(max(6.0, step_width * (n_steps + 1) + 0.8), max(3.0, row_height * n_rows + 1.6)),
+        layout="constrained",
+    )
     ax = fig.add_subplot()
     where = {int(r.node): (int(r.step), float(r.y)) for r in shown.itertuples() if r.node >= 0}
     root_y = _root_y(shown, first)
     _draw_edges(ax, shown, where, first, root_y)
-    _draw_nodes(ax, shown, score, max_chars)
-    ax.text(first - 1, root_y, "prompt", ha="center", va="center", fontsize=8,
-            bbox={"boxstyle": "round,pad=0.3", "fc": "#f2f2f2", "ec": "#888888"})
+    _draw_nodes(ax, shown, score, max_chars, decimals)
+    ax.text(
+        first - 1,
+        root_y,
+        "prompt",
+        ha="center",
+        va="center",
+        fontsize=8,
+        bbox={"boxstyle": "round,pad=0.3", "fc": "#f2f2f2", "ec": "#888888"},
+    )
     ax.set_xlim(first - 1.6, last + 0.6)
     ax.set_ylim(n_rows - 0.4, -0.9)
     ax.set_xticks(range(first, last + 1))
@@ -99,16 +111,30 @@ def beam_tree(
     ax.set_ylabel("candidates, best score at the top")
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
-    ax.legend(handles=_legend(), loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=7,
-              fontsize=8, frameon=False)
-    ax.set_title(title or f"Beam tree, input {batch} ({score.replace('_', ' ')} under tokens)",
-                 fontsize=10, loc="right")
+    ax.legend(
+        handles=_legend(),
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=8,
+        fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(
+        title or f"Beam tree, input {batch} ({score.replace('_', ' ')} under each token)",
+        fontsize=10,
+        x=0.01,
+        ha="left",
+    )
     return fig
 
 
 def _with_rows(shown: pd.DataFrame) -> pd.DataFrame:
-    """Add ``y``: the candidate's row in its step column (by rank, gaps closed)."""
-    shown = shown.sort_values(["step", "source", "rank"]).copy()
+    """Add ``y``: the candidate's row in its step column. Beams and finished hypotheses
+    come first, then the others; by group, then best score first."""
+    shown = shown.assign(_minor=~shown.fate.isin(["kept", "finished", "rejected"]))
+    shown = shown.sort_values(
+        ["step", "_minor", "group", "score"], ascending=[True, True, True, False], kind="stable"
+    )
     shown["y"] = shown.groupby("step").cumcount()
     return shown
 
@@ -121,8 +147,7 @@ def _root_y(shown: pd.DataFrame, first: int) -> float:
 
 
 def _draw_edges(ax, shown, where, first, root_y) -> None:
-    order = {"pruned": 0, "diversity": 0, "constraint": 0, "rejected": 1, "kept": 2,
-             "finished": 2}
+    order = {"pruned": 0, "diversity": 0, "constraint": 0, "rejected": 1, "kept": 2, "finished": 2}
     for r in sorted(shown.itertuples(), key=lambda r: (order[r.fate], r.returned)):
         parent = where.get(int(r.parent_node))
         if parent is None:
@@ -136,35 +161,59 @@ def _draw_edges(ax, shown, where, first, root_y) -> None:
             width, z = 1.0, 2
         if r.returned:
             colour, width, z = RETURNED, 2.6, 3
-        ax.plot([x0 + 0.32, r.step - 0.34], [y0, r.y], color=colour, lw=width, zorder=z,
-                solid_capstyle="round")
+        ax.plot(
+            [x0 + 0.32, r.step - 0.34],
+            [y0, r.y],
+            color=colour,
+            lw=width,
+            zorder=z,
+            solid_capstyle="round",
+        )
 
 
-def _draw_nodes(ax, shown, score, max_chars) -> None:
+def _draw_nodes(ax, shown, score, max_chars, decimals) -> None:
     for r in shown.itertuples():
         style = STYLE[r.fate]
         text = _short(str(r.token), max_chars)
         boxed = r.fate not in ("pruned",)
         value = getattr(r, score)
-        label = f"{text}\n{value:.2f}" if boxed or r.returned else text
+        label = f"{text}\n{value:.{decimals}f}" if boxed or r.returned else text
         bbox = None
         if boxed or r.returned:
-            bbox = {"boxstyle": "round,pad=0.22", "fc": style["face"],
-                    "ec": RETURNED if r.returned else style["edge"],
-                    "lw": 2.0 if r.returned else 0.9,
-                    "ls": "--" if r.fate in ("rejected", "diversity", "constraint") else "-"}
+            bbox = {
+                "boxstyle": "round,pad=0.22",
+                "fc": style["face"],
+                "ec": RETURNED if r.returned else style["edge"],
+                "lw": 2.0 if r.returned else 0.9,
+                "ls": "--" if r.fate in ("rejected", "diversity", "constraint") else "-",
+            }
         weight = "bold" if r.returned or r.fate == "finished" else "normal"
-        ax.text(r.step, r.y, label, ha="center", va="center", zorder=4,
-                fontsize=7 if boxed or r.returned else 6.5, color=style["text"],
-                fontweight=weight, linespacing=0.95, bbox=bbox, fontfamily="DejaVu Sans")
+        ax.text(
+            r.step,
+            r.y,
+            label,
+            ha="center",
+            va="center",
+            zorder=4,
+            fontsize=7 if boxed or r.returned else 6.5,
+            color=style["text"],
+            fontweight=weight,
+            linespacing=0.95,
+            bbox=bbox,
+            fontfamily="DejaVu Sans",
+            fontstyle="italic" if r.source == "constraint" else "normal",
+        )
 
 
 def _legend() -> list:
     def box(fate, label):
         st = STYLE[fate]
-        return Patch(facecolor=st["face"] if st["face"] != "none" else "white",
-                     edgecolor=st["edge"] if st["edge"] != "none" else st["text"], label=label,
-                     linestyle="--" if fate in ("rejected", "diversity", "constraint") else "-")
+        return Patch(
+            facecolor=st["face"] if st["face"] != "none" else "white",
+            edgecolor=st["edge"] if st["edge"] != "none" else st["text"],
+            label=label,
+            linestyle="--" if fate in ("rejected", "diversity", "constraint") else "-",
+        )
 
     return [
         box("kept", "kept beam"),
@@ -174,4 +223,7 @@ def _legend() -> list:
         box("diversity", "lost to diversity"),
         box("constraint", "dropped by constraint"),
         Line2D([], [], color=RETURNED, lw=2.6, label="returned sequence"),
+        Line2D(
+            [], [], color="#444444", marker="$\\mathit{a}$", ls="", label="proposed by a constraint"
+        ),
     ]

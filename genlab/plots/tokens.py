@@ -65,8 +65,11 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8) -> Figure:
         ax.barh(y, t.prob, color=["tab:orange" if c else "tab:gray" for c in t.chosen])
         ax.set_yticks(y, [repr(_short(s, 10)) for s in t.token], fontsize=7)
         kept = summary.loc[stage, "tokens_kept"] if stage in summary.index else "?"
-        ax.set_title(f"{_short(stage.replace('LogitsWarper', '').replace('LogitsProcessor', ''), 14)}"
-                     f"\n{kept} tokens left", fontsize=8)
+        ax.set_title(
+            f"{_short(stage.replace('LogitsWarper', '').replace('LogitsProcessor', ''), 14)}"
+            f"\n{kept} tokens left",
+            fontsize=8,
+        )
         ax.set_xlim(0, 1)
     fig.suptitle(f"Step {step}: the distribution after each stage", fontsize=10)
     return fig
@@ -86,8 +89,9 @@ def compare_logprobs(results: Sequence, labels: Sequence[str] | None = None) -> 
     diverge = first_divergence(seqs)
     if diverge is not None:
         ax.axvline(diverge, color="red", ls="--", lw=1)
-        ax.text(diverge, ax.get_ylim()[0], f" diverge @ {diverge}", color="red", fontsize=8,
-                va="bottom")
+        ax.text(
+            diverge, ax.get_ylim()[0], f" diverge @ {diverge}", color="red", fontsize=8, va="bottom"
+        )
     ax.set_xlabel("generated token")
     ax.set_ylabel("log-prob")
     ax.legend(fontsize=8)

@@ -24,6 +24,13 @@ for _cls in (BeamSearch, BeamSample, GroupBeamSearch, ConstrainedBeamSearch):
     register(_cls)
 
 
+from .assisted import AssistedDecoding  # noqa: E402
+from .contrastive import ContrastiveSearch  # noqa: E402
+
+register(ContrastiveSearch)
+register(AssistedDecoding)
+
+
 def strategy_for(mode: str) -> type[Strategy]:
     """The strategy class for a generation mode name (e.g. "beam_search")."""
     mode = getattr(mode, "value", mode)
@@ -36,5 +43,12 @@ def strategy_for(mode: str) -> type[Strategy]:
         ) from None
 
 
-__all__ = ["STRATEGIES", "GreedySearch", "MultinomialSampling", "Selection", "Strategy",
-           "register", "strategy_for"]
+__all__ = [
+    "STRATEGIES",
+    "GreedySearch",
+    "MultinomialSampling",
+    "Selection",
+    "Strategy",
+    "register",
+    "strategy_for",
+]

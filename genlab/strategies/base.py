@@ -27,14 +27,19 @@ import torch
 class Selection:
     """The outcome of one ``select``.
 
-    tokens: (rows,) next token per row (after the strategy's reordering)
+    tokens: (rows,) next token per row (after the strategy's reordering), or (rows, n)
+        when a step appends several tokens (an accepted draft in assisted decoding)
     parents: (rows,) row each new row continues, or None when rows keep their order
     info: strategy-specific details for traces (beam candidates, ...)
+    scores, logits: with (rows, n) tokens, the n processed scores and raw logits
+        (each (rows, vocab)) the engine records in place of the step's single one
     """
 
     tokens: torch.LongTensor
     parents: torch.LongTensor | None = None
     info: dict[str, Any] | None = None
+    scores: tuple[torch.Tensor, ...] | None = None
+    logits: tuple[torch.Tensor, ...] | None = None
 
 
 class Strategy:
@@ -57,6 +62,15 @@ class Strategy:
         """Called once before the first step, after inputs are expanded."""
 
     # -- one step ------------------------------------------------------------------------
+    def forward(self, run):
+        """The model output whose last position gives this step's logits.
+
+        Default: one forward over the tokens the cache has not seen. Strategies that run the
+        model themselves during ``select`` (contrastive search, assisted decoding) return
+        logits they already computed, or draft tokens first.
+        """
+        return run._forward()
+
     def process(self, run, logits: torch.Tensor) -> torch.Tensor:
         return run.apply_processors(run.sequences, logits)
 

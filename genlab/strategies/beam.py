@@ -16,7 +16,13 @@ One step for every input ``b`` of the batch and its ``num_beams`` running beams:
 
 Everything is a tensor over (batch, beams) or (batch, K); there is no per-beam Python loop.
 With ``trace=True`` (or a ``beam.candidates`` hook) every candidate is reported with its
-fate, see :func:`candidate_payload`.
+fate, see :func:`candidate_payload`; the hook observes (its return value is ignored).
+
+Steering: ``run.force(token)`` extends every running beam with the token (see
+:meth:`BeamSearch.force`); ``length_penalty``, ``early_stopping`` and ``max_length`` may
+change between steps, ``num_beams`` and ``num_return_sequences`` may not. A ``select`` hook
+that replaces tokens changes the sequences only (the beam scores stay those of the chosen
+candidates): use ``run.force`` to steer a beam search.
 
 Example::
 
@@ -99,10 +105,13 @@ def candidate_payload(**columns) -> dict[str, torch.Tensor]:
     Columns: batch, rank, parent (beam within the input), parent_node, node, token,
     token_logprob (the processed log-prob of the token), score (accumulated),
     normalized (score / generated_length ** length_penalty), fate (index into FATES),
-    source (index into SOURCES), beam (new beam index or -1), slot (pool slot or -1).
+    source (index into SOURCES), group (beam group, 0 outside group beam search),
+    beam (new beam index or -1), slot (pool slot or -1).
     """
-    return {name: torch.as_tensor(value).detach().reshape(-1).cpu().clone()
-            for name, value in columns.items()}
+    return {
+        name: torch.as_tensor(value).detach().reshape(-1).cpu().clone()
+        for name, value in columns.items()
+    }
 
 
 def _gather_rows(x: torch.Tensor, index: torch.LongTensor) -> torch.Tensor:
@@ -297,13 +306,12 @@ class BeamSearch(Strategy):
         pool_seqs = torch.cat(
             [self.pool_sequences, self.pool_sequences.new_full((B, n, 1), fill)], dim=2
         )
-        pool_idx = torch.cat(
-            [self.pool_indices, self.pool_indices.new_full((B, n, 1), -1)], dim=2
-        )
+        pool_idx = torch.cat([self.pool_indices, self.pool_indices.new_full((B, n, 1), -1)], dim=2)
         merged_scores = torch.cat((self.pool_scores, entering), dim=1)
         best = torch.topk(merged_scores, k=n)[1]  # (B, n) of the pool and the candidates
-        self.pool_sequences = _gather_rows(torch.cat((pool_seqs, cand_seqs.view(B, k, -1)), 1),
-                                           best)
+        self.pool_sequences = _gather_rows(
+            torch.cat((pool_seqs, cand_seqs.view(B, k, -1)), 1), best
+        )
         self.pool_scores = _gather_rows(merged_scores, best)
         self.pool_indices = _gather_rows(torch.cat((pool_idx, cand_indices), dim=1), best)
         self.pool_finished = _gather_rows(torch.cat((self.pool_finished, just_finished), 1), best)
@@ -317,8 +325,14 @@ class BeamSearch(Strategy):
         # early stop: can the running beams still improve on the pool?
         max_new = cfg.max_length - self.prompt_length
         self.still_open, best_possible, worst = early_stop_check(
-            self.still_open, new_scores[:, :1], self.pool_scores, self.pool_finished,
-            generated, max_new, cfg.early_stopping, penalty,
+            self.still_open,
+            new_scores[:, :1],
+            self.pool_scores,
+            self.pool_finished,
+            generated,
+            max_new,
+            cfg.early_stopping,
+            penalty,
         )
         improvable = torch.any(self.still_open)
         open_slots = ~(torch.all(self.pool_finished) & (cfg.early_stopping is True))
@@ -327,19 +341,50 @@ class BeamSearch(Strategy):
 
         info = None
         if is_listening(run):
-            info = publish(run, self._trace_info(
-                scores, rows, values, parents, tokens, normalized, hits, just_finished, keep,
-                best, nodes, parent_nodes, best_possible, worst, generated,
-            ))
+            info = publish(
+                run,
+                self._trace_info(
+                    scores,
+                    rows,
+                    values,
+                    parents,
+                    tokens,
+                    normalized,
+                    hits,
+                    just_finished,
+                    keep,
+                    best,
+                    nodes,
+                    parent_nodes,
+                    best_possible,
+                    worst,
+                    generated,
+                ),
+            )
         return Selection(new_tokens.reshape(-1), (new_parents + offset).reshape(-1), info)
 
     def is_done(self, run) -> bool:
         return self.done
 
     # -- trace -------------------------------------------------------------------------------
-    def _trace_info(self, scores, rows, values, parents, tokens, normalized, hits,
-                    just_finished, keep, best, nodes, parent_nodes, best_possible, worst,
-                    generated) -> dict[str, Any]:
+    def _trace_info(
+        self,
+        scores,
+        rows,
+        values,
+        parents,
+        tokens,
+        normalized,
+        hits,
+        just_finished,
+        keep,
+        best,
+        nodes,
+        parent_nodes,
+        best_possible,
+        worst,
+        generated,
+    ) -> dict[str, Any]:
         B, n = self.batch_size, self.num_beams
         k = values.shape[1]
         dev = values.device
@@ -363,10 +408,20 @@ class BeamSearch(Strategy):
         payload = {
             "kind": self.mode,
             "candidates": candidate_payload(
-                batch=torch.arange(B, device=dev)[:, None].expand(B, k), rank=ks.expand(B, k),
-                parent=parents, parent_node=parent_nodes, node=nodes, token=tokens,
-                token_logprob=token_logprob, score=values, normalized=normalized, fate=fate,
-                source=torch.zeros_like(fate), beam=beam, slot=slot,
+                batch=torch.arange(B, device=dev)[:, None].expand(B, k),
+                rank=ks.expand(B, k),
+                parent=parents,
+                parent_node=parent_nodes,
+                node=nodes,
+                token=tokens,
+                token_logprob=token_logprob,
+                score=values,
+                normalized=normalized,
+                fate=fate,
+                source=torch.zeros_like(fate),
+                group=torch.zeros_like(fate),
+                beam=beam,
+                slot=slot,
             ),
             "pool": self._pool_view(),
             "early_stop": {
@@ -390,7 +445,7 @@ class BeamSearch(Strategy):
             "finished": self.pool_finished.cpu().clone(),
             "length": (self.pool_indices >= 0).sum(dim=-1).cpu(),
             "node": self.pool_nodes.cpu().clone(),
-            "tokens": self.pool_sequences[:, :, self.prompt_length:].cpu().clone(),
+            "tokens": self.pool_sequences[:, :, self.prompt_length :].cpu().clone(),
         }
 
     # -- the end -------------------------------------------------------------------------------
@@ -407,8 +462,12 @@ class BeamSearch(Strategy):
         seqs = torch.cat((self.pool_sequences, run.sequences.view(B, n, -1)), dim=1)
         idx = torch.cat((self.pool_indices, self.running_indices), dim=1)
         nodes = torch.cat((self.pool_nodes, self.running_nodes), dim=1)
-        return (_gather_rows(seqs, best), _gather_rows(merged, best), _gather_rows(idx, best),
-                _gather_rows(nodes, best))
+        return (
+            _gather_rows(seqs, best),
+            _gather_rows(merged, best),
+            _gather_rows(idx, best),
+            _gather_rows(nodes, best),
+        )
 
     def finalize(self, run) -> dict[str, Any]:
         """The best ``num_return_sequences`` hypotheses of every input, as the reference

@@ -72,6 +72,11 @@ class ConstrainedBeamSearch(BeamSearch):
     def start(self, run) -> None:
         cfg = self.config
         B, n = run.batch_size, int(cfg.num_beams)
+        if n < 2:
+            raise ValueError(
+                f"num_beams must be >= 2 for constrained beam search (force_words_ids / "
+                f"constraints), got {n}: set num_beams=2 or more"
+            )
         dev = run.device
         self.num_beams, self.batch_size = n, B
         self.prompt_length = run.prompt_length
@@ -147,8 +152,11 @@ class ConstrainedBeamSearch(BeamSearch):
                         if self.track:
                             indices = tuple(self.history[row].tolist()) + (row,)
                         ok = self.pools[b][0].add(
-                            sequences[row].clone(), values_l[b][rank],
-                            length + 1 - self.prompt_length, cfg.length_penalty, indices,
+                            sequences[row].clone(),
+                            values_l[b][rank],
+                            length + 1 - self.prompt_length,
+                            cfg.length_penalty,
+                            indices,
                             int(nodes[b, rank]),
                         )
                         record["events"].append((rank, FINISHED if ok else REJECTED))
@@ -168,8 +176,9 @@ class ConstrainedBeamSearch(BeamSearch):
                 beam_scores = torch.cat([beam_scores, values.new_zeros(pad)])
                 beam_tokens = torch.cat([beam_tokens, tokens.new_zeros(pad)])
                 beam_rows = torch.cat([beam_rows, parents.new_zeros(pad)])
-            s, t, r, order, extra = self._bank_sort(b, sequences, scores, beam_scores,
-                                                    beam_tokens, beam_rows)
+            s, t, r, order, extra = self._bank_sort(
+                b, sequences, scores, beam_scores, beam_tokens, beam_rows
+            )
             new_scores[b], new_tokens[b], new_rows[b] = s, t, r
             record.update(taken=taken, order=order, extra=extra)
             if len(taken) < n:
@@ -178,8 +187,12 @@ class ConstrainedBeamSearch(BeamSearch):
                     f"(eos_token_id={eos}): the scores let too many EOS candidates through"
                 )
             self.done_inputs[b] = self.done_inputs[b] or self.pools[b][0].is_done(
-                values_l[b][0], length + 1, self.prompt_length, cfg.early_stopping,
-                cfg.length_penalty, cfg.max_length,
+                values_l[b][0],
+                length + 1,
+                self.prompt_length,
+                cfg.early_stopping,
+                cfg.length_penalty,
+                cfg.max_length,
             )
         for rec in traced:  # the constraints' proposals get trace node ids too
             extra = rec.get("extra", [])
@@ -191,8 +204,9 @@ class ConstrainedBeamSearch(BeamSearch):
             self.history = torch.cat([self.history[rows], rows[:, None]], dim=1)
         info = None
         if listening:
-            info = publish(run, self._trace(run, traced, values, tokens, parents, nodes, length,
-                                            new_rows))
+            info = publish(
+                run, self._trace(run, traced, values, tokens, parents, nodes, length, new_rows)
+            )
         self.running_nodes = self._new_nodes(traced, nodes)
         return Selection(new_tokens.reshape(-1), rows, info)
 
@@ -222,15 +236,22 @@ class ConstrainedBeamSearch(BeamSearch):
                 if candidate in seen:
                     continue
                 seen.append(candidate)
-                extra.append({"row": start + i, "token": token, "state": new_state,
-                              "score": vocab_scores[start + i].take(token)})
+                extra.append(
+                    {
+                        "row": start + i,
+                        "token": token,
+                        "state": new_state,
+                        "score": vocab_scores[start + i].take(token),
+                    }
+                )
         if not extra:
             return beam_scores, beam_tokens, beam_rows, torch.arange(n), extra
         all_scores = torch.cat((beam_scores, torch.stack([e["score"] for e in extra]).to(dev)))
         all_tokens = torch.cat((beam_tokens, torch.stack([e["token"] for e in extra]).to(dev)))
         all_rows = torch.cat((beam_rows, torch.tensor([e["row"] for e in extra], device=dev)))
-        banks = torch.tensor([s.get_bank() for s in top_states] +
-                             [e["state"].get_bank() for e in extra], device=dev)
+        banks = torch.tensor(
+            [s.get_bank() for s in top_states] + [e["state"].get_bank() for e in extra], device=dev
+        )
         order = (banks * 100 + all_scores).sort(descending=True).indices
         order = order[_round_robin(banks[order].tolist())][:n]
         return all_scores[order], all_tokens[order], all_rows[order], order, extra
@@ -264,9 +285,14 @@ class ConstrainedBeamSearch(BeamSearch):
                     continue
                 for row in range(b * n, (b + 1) * n):
                     if self._completes(run.sequences[row].tolist()):
-                        self.pools[b][0].add(run.sequences[row].clone(), float(new_scores[row]),
-                                             length + 1 - self.prompt_length,
-                                             cfg.length_penalty, None, -1)
+                        self.pools[b][0].add(
+                            run.sequences[row].clone(),
+                            float(new_scores[row]),
+                            length + 1 - self.prompt_length,
+                            cfg.length_penalty,
+                            None,
+                            -1,
+                        )
                 self.done_inputs[b] = len(self.pools[b][0]) >= n
             new_scores.fill_(NEG)
         self.beam_scores = new_scores
@@ -288,9 +314,25 @@ class ConstrainedBeamSearch(BeamSearch):
         processed = self._processed
         fate = torch.full((B, k), PRUNED, dtype=torch.long)
         beam = torch.full((B, k), -1, dtype=torch.long)
-        cols: dict[str, list] = {key: [] for key in (
-            "batch", "rank", "parent", "parent_node", "node", "token", "token_logprob", "score",
-            "normalized", "fate", "source", "beam", "slot")}
+        cols: dict[str, list] = {
+            key: []
+            for key in (
+                "batch",
+                "rank",
+                "parent",
+                "parent_node",
+                "node",
+                "token",
+                "token_logprob",
+                "score",
+                "normalized",
+                "fate",
+                "source",
+                "group",
+                "beam",
+                "slot",
+            )
+        }
         rows_all = (parents + torch.arange(B)[:, None] * n).cpu()
         for b, rec in enumerate(traced):
             if rec.get("done"):
@@ -320,20 +362,31 @@ class ConstrainedBeamSearch(BeamSearch):
                 cols["normalized"].append(score / generated**penalty)
                 cols["fate"].append(KEPT if kept.numel() else PRUNED)
                 cols["source"].append(1)
+                cols["group"].append(0)
                 cols["beam"].append(int(kept[0, 0]) if kept.numel() else -1)
                 cols["slot"].append(-1)
         token_lp = processed[rows_all.reshape(-1), tokens.reshape(-1)].view(B, k).cpu()
         search = candidate_payload(
-            batch=torch.arange(B)[:, None].expand(B, k), rank=torch.arange(k).expand(B, k),
-            parent=parents, parent_node=self.running_nodes[rows_all.reshape(-1)].view(B, k),
-            node=nodes, token=tokens, token_logprob=token_lp, score=values,
-            normalized=values / generated**penalty, fate=fate, source=torch.zeros_like(fate),
-            beam=beam, slot=torch.full_like(fate, -1),
+            batch=torch.arange(B)[:, None].expand(B, k),
+            rank=torch.arange(k).expand(B, k),
+            parent=parents,
+            parent_node=self.running_nodes[rows_all.reshape(-1)].view(B, k),
+            node=nodes,
+            token=tokens,
+            token_logprob=token_lp,
+            score=values,
+            normalized=values / generated**penalty,
+            fate=fate,
+            source=torch.zeros_like(fate),
+            group=torch.zeros_like(fate),
+            beam=beam,
+            slot=torch.full_like(fate, -1),
         )
         if cols["batch"]:
             extra = candidate_payload(**{key: torch.tensor(v) for key, v in cols.items()})
-            search = {key: torch.cat([search[key], extra[key].to(search[key].dtype)])
-                      for key in search}
+            search = {
+                key: torch.cat([search[key], extra[key].to(search[key].dtype)]) for key in search
+            }
         return {
             "kind": self.mode,
             "candidates": search,
@@ -352,8 +405,15 @@ class ConstrainedBeamSearch(BeamSearch):
         p = self.prompt_length
         for b, (pool,) in enumerate(self.pools):
             for score, seq, _idx, node in pool.entries:
-                out.append({"batch": b, "group": 0, "score": float(score),
-                            "tokens": seq[p:].tolist(), "node": int(node)})
+                out.append(
+                    {
+                        "batch": b,
+                        "group": 0,
+                        "score": float(score),
+                        "tokens": seq[p:].tolist(),
+                        "node": int(node),
+                    }
+                )
         return {"entries": out}
 
     # -- the end -------------------------------------------------------------------------------
@@ -371,22 +431,36 @@ class ConstrainedBeamSearch(BeamSearch):
                 row = b * n + j
                 if self._completes(run.sequences[row].tolist()):
                     indices = tuple(self.history[row].tolist()) if self.track else None
-                    pools[b][0].add(run.sequences[row], float(self.beam_scores[row]),
-                                    length - self.prompt_length, cfg.length_penalty, indices,
-                                    int(self.running_nodes[row]))
+                    pools[b][0].add(
+                        run.sequences[row],
+                        float(self.beam_scores[row]),
+                        length - self.prompt_length,
+                        cfg.length_penalty,
+                        indices,
+                        int(self.running_nodes[row]),
+                    )
                     collected.append(j)
             if len(collected) < keep:
                 # nothing satisfies the constraints well enough: the best beams as they are
                 for j in range(n):
                     if j not in collected:
                         row = b * n + j
-                        pools[b][0].add(run.sequences[row], float(self.beam_scores[row]),
-                                        length - self.prompt_length, cfg.length_penalty, None,
-                                        int(self.running_nodes[row]))
+                        pools[b][0].add(
+                            run.sequences[row],
+                            float(self.beam_scores[row]),
+                            length - self.prompt_length,
+                            cfg.length_penalty,
+                            None,
+                            int(self.running_nodes[row]),
+                        )
         max_length = getattr(run.stopping_criteria, "max_length", None)
         seqs, scores, indices, nodes = write_hypotheses(
-            pools, keep, max_length, run.gen_config.pad_token_id,
-            eos_ids(cfg) or [run.gen_config.pad_token_id], run.sequences,
+            pools,
+            keep,
+            max_length,
+            run.gen_config.pad_token_id,
+            eos_ids(cfg) or [run.gen_config.pad_token_id],
+            run.sequences,
         )
         self.returned_nodes = nodes
         return {

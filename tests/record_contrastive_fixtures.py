@@ -1,0 +1,163 @@
+"""Record transformers 4.52.4's contrastive search outputs as test fixtures.
+
+transformers 4.56.2 (the project's reference) fetches contrastive search from the Hub, so
+the last version that runs it locally, 4.52.4, is the reference for it. One environment
+holds one transformers version; run this file with 4.52.4 importable, for example::
+
+    pip install --no-deps --target /tmp/tf452 transformers==4.52.4 "tokenizers>=0.21,<0.22"
+    PYTHONPATH=/tmp/tf452 .venv/bin/python tests/record_contrastive_fixtures.py
+
+It builds the same tiny random Llama models as tests/test_contrastive.py (config + seed,
+torch 2.13 CPU), stores a checksum of their weights (the test checks that its model is the
+same one), runs ``generate`` for each case in CASES and writes
+tests/fixtures/contrastive_4_52_4.pt (a few KB).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+FIXTURE = Path(__file__).parent / "fixtures" / "contrastive_4_52_4.pt"
+
+#: model settings shared with the test: (seed, overrides of tiny_llama's config)
+MODELS = {
+    "llama_s0": dict(seed=0, vocab=96),
+    "llama_s3": dict(seed=3, vocab=64, num_hidden_layers=3),
+}
+
+PADDED = ([[0, 0, 5, 17, 33, 8], [4, 9, 21, 40, 11, 7]], [[0, 0, 1, 1, 1, 1], [1] * 6])
+
+#: name -> (model, input_ids, attention_mask, generate kwargs)
+CASES = {
+    "batch_left_padding_eos": (
+        "llama_s0",
+        *PADDED,
+        dict(
+            penalty_alpha=0.6,
+            top_k=4,
+            max_new_tokens=10,
+            return_dict_in_generate=True,
+            output_scores=True,
+            output_logits=True,
+        ),
+    ),
+    "single_alpha_0_3_k3": (
+        "llama_s0",
+        [[3, 14, 15, 9, 26]],
+        None,
+        dict(
+            penalty_alpha=0.3,
+            top_k=3,
+            max_new_tokens=12,
+            return_dict_in_generate=True,
+            output_scores=True,
+        ),
+    ),
+    "alpha_0_9_k6_repetition_penalty": (
+        "llama_s3",
+        [[5, 6, 7, 8], [9, 10, 11, 12]],
+        None,
+        dict(
+            penalty_alpha=0.9,
+            top_k=6,
+            max_new_tokens=9,
+            repetition_penalty=1.3,
+            no_repeat_ngram_size=2,
+            return_dict_in_generate=True,
+            output_scores=True,
+            output_logits=True,
+        ),
+    ),
+    "low_memory": (
+        "llama_s0",
+        [[3, 14, 15, 9, 26]],
+        None,
+        dict(
+            penalty_alpha=0.5,
+            top_k=4,
+            max_new_tokens=8,
+            low_memory=True,
+            return_dict_in_generate=True,
+            output_scores=True,
+        ),
+    ),
+    "plain_tensor_no_eos": (
+        "llama_s3",
+        [[1, 2, 3]],
+        None,
+        dict(penalty_alpha=0.4, top_k=2, max_new_tokens=7, eos_token_id=None),
+    ),
+}
+
+
+def tiny_llama(seed: int = 0, vocab: int = 96, **overrides):
+    """Same construction as tests/conftest.py's ``tiny_llama``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    cfg.update(overrides)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**cfg)).eval()
+
+
+def weights_checksum(model) -> str:
+    """sha256 over the float32 bytes of every parameter, in state_dict order."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def build(name: str):
+    spec = dict(MODELS[name])
+    return tiny_llama(spec.pop("seed"), spec.pop("vocab"), **spec)
+
+
+def record() -> dict:
+    import transformers
+
+    if transformers.__version__ != "4.52.4":
+        raise SystemExit(f"run with transformers 4.52.4, found {transformers.__version__}")
+    models = {name: build(name) for name in MODELS}
+    cases = {}
+    for case, (model_name, ids, mask, kwargs) in CASES.items():
+        model = models[model_name]
+        inputs = {"input_ids": torch.tensor(ids)}
+        if mask is not None:
+            inputs["attention_mask"] = torch.tensor(mask)
+        with torch.no_grad():
+            out = model.generate(**inputs, **kwargs)
+        entry = {"sequences": out if isinstance(out, torch.Tensor) else out.sequences}
+        if not isinstance(out, torch.Tensor):
+            for field in ("scores", "logits"):
+                value = getattr(out, field, None)
+                if value is not None:
+                    entry[field] = torch.stack(value)  # (steps, rows, vocab)
+        cases[case] = entry
+    return {
+        "transformers": transformers.__version__,
+        "torch": str(torch.__version__),
+        "checksums": {name: weights_checksum(m) for name, m in models.items()},
+        "cases": cases,
+    }
+
+
+if __name__ == "__main__":
+    FIXTURE.parent.mkdir(exist_ok=True)
+    torch.save(record(), FIXTURE)
+    print(f"wrote {FIXTURE} ({FIXTURE.stat().st_size} bytes)")
