@@ -158,12 +158,16 @@ class Step:
 class _Snapshot:
     seq_len: int
     cache_len: int
-    n_recorded: int
+    recorded: dict[str, int]  # length of each recorded-output list
     strategy: dict
     rng: torch.Tensor | None
     config: Any
     forced: int | None = None
     extra: dict = field(default_factory=dict)
+
+
+#: the per-step output lists a Run records (scores, raw logits, attentions, hidden states)
+_RECORDED = ("_scores", "_logits", "_attentions", "_cross", "_hidden")
 
 
 # ----------------------------------------------------------------------------------------
@@ -528,16 +532,7 @@ class Run:
         other.registry = self.registry.copy()
         other.sequences = self.sequences.clone()
         other.attention_mask = self.attention_mask.clone()
-        for name in (
-            "_scores",
-            "_logits",
-            "_attentions",
-            "_cross",
-            "_hidden",
-            "_forced",
-            "history",
-            "_snapshots",
-        ):
+        for name in (*_RECORDED, "_forced", "history", "_snapshots"):
             setattr(other, name, list(getattr(self, name)))
         other._config_seen = dict(self._config_seen)
         other._rng = None if self._rng is None else self._rng.clone()
@@ -755,7 +750,7 @@ class Run:
         return _Snapshot(
             seq_len=self.sequences.shape[1],
             cache_len=self.cache.length(),
-            n_recorded=self.step_index,
+            recorded={name: len(getattr(self, name)) for name in _RECORDED},
             strategy=self.strategy.get_state(),
             rng=self._rng.clone() if self._rng is not None else torch.get_rng_state(),
             config=copy.deepcopy(self.config),
@@ -767,8 +762,8 @@ class Run:
         self.attention_mask = snap.extra["attention_mask"]
         self.cache.crop(snap.cache_len)
         self.strategy.set_state(snap.strategy)
-        for name in ("_scores", "_logits", "_attentions", "_cross", "_hidden"):
-            del getattr(self, name)[snap.n_recorded :]
+        for name, n in snap.recorded.items():
+            del getattr(self, name)[n:]
         if self._rng is not None:
             self._rng = snap.rng.clone()
         else:
@@ -789,7 +784,7 @@ class Run:
         self.sequences = init.extra["sequences"]
         self.attention_mask = init.extra["attention_mask"]
         self.strategy.set_state(init.strategy)
-        for name in ("_scores", "_logits", "_attentions", "_cross", "_hidden"):
+        for name in _RECORDED:
             getattr(self, name).clear()
         if self._rng is not None:
             self._rng = init.rng.clone()

@@ -18,6 +18,7 @@ Beam strategies add their candidates through ``Selection.info["candidates"]``.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ class StageRecord:
     chosen_ranks: torch.LongTensor
     entropy: torch.Tensor
     kept: torch.LongTensor  # (rows,) number of tokens with a finite score
+    kept_mass: torch.Tensor | None = None  # (rows,) raw probability mass still possible
 
 
 @dataclass
@@ -50,11 +52,6 @@ class StepRecord:
     forced: bool
     finished: bool
     info: dict[str, Any] = field(default_factory=dict)
-
-
-def _entropy(logprobs: torch.Tensor) -> torch.Tensor:
-    p = logprobs.exp()
-    return -(torch.where(p > 0, p * logprobs, torch.zeros_like(p))).sum(-1)
 
 
 class Tracer:
@@ -86,7 +83,8 @@ class Tracer:
         else:
             # each surviving row records the token it got from its parent
             chosen[parents.cpu()] = selection.tokens.cpu()
-        stages = [self._summarise(name, s, chosen) for name, s in self._current]
+        raw_probs = torch.softmax(self._current[0][1].detach().float(), dim=-1)
+        stages = [self._summarise(name, s, chosen, raw_probs) for name, s in self._current]
         self.steps.append(
             StepRecord(
                 step=step,
@@ -101,24 +99,27 @@ class Tracer:
         )
         self._current = []
 
-    def _summarise(self, name: str, scores: torch.Tensor, chosen: torch.LongTensor):
-        s = scores.detach().float().cpu()
-        logprobs = torch.log_softmax(s, dim=-1)
+    def _summarise(self, name, scores, chosen, raw_probs=None):
+        s = scores.detach().float()
+        lse = torch.logsumexp(s, dim=-1, keepdim=True)  # one pass instead of a log_softmax
         k = min(self.top_k, s.shape[-1])
         top_values, top_ids = s.topk(k, dim=-1)
-        idx = chosen.clamp(min=0)[:, None]
-        chosen_values = s.gather(1, idx)[:, 0]
-        ranks = (s > chosen_values[:, None]).sum(-1)
+        idx = chosen.clamp(min=0)[:, None].to(s.device)
+        chosen_values = s.gather(1, idx)
+        finite = torch.isfinite(s)
+        # probability mass of the *raw* distribution still possible after this stage
+        kept_mass = (raw_probs * finite).sum(-1) if raw_probs is not None else None
         return StageRecord(
             name=name,
-            top_ids=top_ids,
-            top_values=top_values,
-            top_logprobs=logprobs.gather(1, top_ids),
-            chosen_values=chosen_values,
-            chosen_logprobs=logprobs.gather(1, idx)[:, 0],
-            chosen_ranks=ranks,
-            entropy=_entropy(logprobs),
-            kept=torch.isfinite(s).sum(-1),
+            top_ids=top_ids.cpu(),
+            top_values=top_values.cpu(),
+            top_logprobs=(top_values - lse).cpu(),
+            chosen_values=chosen_values[:, 0].cpu(),
+            chosen_logprobs=(chosen_values - lse)[:, 0].cpu(),
+            chosen_ranks=(s > chosen_values).sum(-1).cpu(),
+            entropy=torch.special.entr(torch.softmax(s, dim=-1)).sum(-1).cpu(),
+            kept=finite.sum(-1).cpu(),
+            kept_mass=None if kept_mass is None else kept_mass.cpu(),
         )
 
     def truncate(self, step: int) -> None:
@@ -219,7 +220,7 @@ class Trace:
             "token": self.token_text(tid),
             "logit": value,
             "logprob": lp,
-            "prob": float(torch.tensor(lp).exp()),
+            "prob": math.exp(lp),
             "rank": rank,
             "chosen": chosen,
             "finished": rec.finished,
@@ -250,7 +251,7 @@ class Trace:
                     "token_id": tid,
                     "token": self.token_text(tid),
                     "logprob": lp,
-                    "prob": float(torch.tensor(lp).exp()),
+                    "prob": math.exp(lp),
                     "rank": int(final.chosen_ranks[row]),
                     "entropy": float(final.entropy[row]),
                     "raw_logprob": float(raw.chosen_logprobs[row]),
@@ -288,14 +289,17 @@ class Trace:
         are still possible, and the probability mass (of the raw distribution) removed."""
         rec = next(r for r in self.records if r.step == step)
         out = []
-        prev_kept = None
+        prev_kept, prev_mass = None, 1.0
         for st in rec.stages:
             kept = int(st.kept[row])
+            mass = float(st.kept_mass[row]) if st.kept_mass is not None else float("nan")
             out.append(
                 {
                     "stage": st.name,
                     "tokens_kept": kept,
                     "removed_tokens": 0 if prev_kept is None else prev_kept - kept,
+                    "raw_mass_kept": mass,
+                    "mass_removed": prev_mass - mass,
                     "chosen_prob": float(st.chosen_logprobs[row].exp()),
                     "chosen_rank": int(st.chosen_ranks[row]),
                     "top_token": self.token_text(int(st.top_ids[row, 0])),
@@ -303,7 +307,7 @@ class Trace:
                     "entropy": float(st.entropy[row]),
                 }
             )
-            prev_kept = kept
+            prev_kept, prev_mass = kept, mass
         return pd.DataFrame(out)
 
     def topk(self, step: int, row: int = 0, stage: str = "final") -> pd.DataFrame:
