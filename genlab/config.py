@@ -1003,6 +1003,8 @@ class GenerationConfig:
                 ("eta_cutoff", 0.0),
                 ("min_p", None),
             ):
+                if name == "top_k" and self.penalty_alpha:  # contrastive search uses top_k
+                    continue
                 value = getattr(self, name)
                 if value is not None and value != default:
                     minor[name] = f"{value!r} " + unused.format(default=default)

@@ -44,6 +44,7 @@ __all__ = [
     "TextStreamer",
     "TextIteratorStreamer",
     "NotebookStreamer",
+    "BeamStreamer",
     "is_cjk_char",
 ]
 
