@@ -197,7 +197,7 @@ class EncoderDecoderInputs:
         return cls(**fields)
 
 
-def _check_ids(name: str, ids: torch.Tensor, vocab_size: int | None) -> None:
+def check_ids(name: str, ids: torch.Tensor, vocab_size: int | None) -> None:
     if vocab_size is None or ids.dtype not in (torch.long, torch.int) or not ids.numel():
         return
     if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
@@ -267,7 +267,7 @@ def prepare_encoder_decoder(
     pad = config.pad_token_id if config.pad_token_id is not None else (eos[0] if eos else None)
     if inputs is not None:
         inputs = _as_tensor(inputs, name, device)
-        _check_ids(name, inputs, getattr(model, "encoder_vocab_size", model.info.vocab_size))
+        check_ids(name, inputs, getattr(model, "encoder_vocab_size", model.info.vocab_size))
     else:  # the reference's placeholder source: -100 per encoder position
         shape = encoder_outputs["last_hidden_state"].shape[:2]
         inputs = torch.full(shape, -100, dtype=torch.long, device=device)
@@ -297,7 +297,7 @@ def prepare_encoder_decoder(
         kwargs.pop("decoder_attention_mask", None), "decoder_attention_mask", device
     )
     if dec_ids is not None:
-        _check_ids("decoder_input_ids", dec_ids, model.info.vocab_size)
+        check_ids("decoder_input_ids", dec_ids, model.info.vocab_size)
         if dec_mask is not None and dec_mask.shape != dec_ids.shape:
             raise ValueError(
                 f"decoder_attention_mask has shape {tuple(dec_mask.shape)} but "

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .caches import make_cache
+from .encdec import check_ids
 from .hooks import HookRegistry
 from .models.base import ModelOutput
 from .processors import call_processor
@@ -256,10 +257,7 @@ class Run:
                 raise ValueError("input_ids is None and bos_token_id is not set: give a prompt")
             ids = torch.tensor([[int(bos)]], dtype=torch.long)
         ids = ids.to(self.device)
-        vocab = self.info.vocab_size
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-            bad = ids[(ids < 0) | (ids >= vocab)].unique().tolist()[:5]
-            raise ValueError(f"input_ids contain ids outside the vocabulary [0, {vocab}): {bad}")
+        check_ids("input_ids", ids, self.info.vocab_size)
         ctx = self.info.max_position_embeddings
         if ctx is not None and ids.shape[1] > ctx:
             raise ValueError(

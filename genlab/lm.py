@@ -159,22 +159,8 @@ class LM:
         seed: int | None = None,
         **config,
     ) -> Run:
-        """A steppable run (keeps history so it can rewind)."""
-        ids, mask = (
-            (None, None) if prompt is None else self.encode(prompt, chat=chat, system=system)
-        )
-        config.setdefault("return_dict_in_generate", True)
-        config.setdefault("output_scores", True)
-        return Run(
-            self.model,
-            input_ids=ids,
-            attention_mask=mask,
-            tokenizer=self.tokenizer,
-            trace=trace,
-            seed=seed,
-            keep_history=True,
-            **config,
-        )
+        """A steppable run (keeps history so it can rewind, fork and branch)."""
+        return self._new_run(prompt, chat, system, trace, seed, True, config)
 
     def generate(
         self,
@@ -187,22 +173,27 @@ class LM:
         **config,
     ) -> GenerationResult:
         """Generate from text; returns a :class:`GenerationResult` (text, tables, trace)."""
+        run = self._new_run(prompt, chat, system, trace, seed, False, config)
+        run.run()
+        return self.result(run)
+
+    def _new_run(self, prompt, chat, system, trace, seed, keep_history, config) -> Run:
         ids, mask = (
             (None, None) if prompt is None else self.encode(prompt, chat=chat, system=system)
         )
+        # the exploration API records scores so that the tables can be built
         config.setdefault("return_dict_in_generate", True)
         config.setdefault("output_scores", True)
-        run = Run(
+        return Run(
             self.model,
             input_ids=ids,
             attention_mask=mask,
             tokenizer=self.tokenizer,
             trace=trace,
             seed=seed,
+            keep_history=keep_history,
             **config,
         )
-        run.run()
-        return self.result(run)
 
     def result(self, run: Run) -> GenerationResult:
         """Wrap a finished (or interrupted) run as a :class:`GenerationResult`."""
