@@ -350,7 +350,9 @@ class Trace:
         ``rejected``: it finished but the hypothesis pool did not take it; ``diversity``:
         in the group's top candidates only without the diversity penalty; ``constraint``:
         dropped by constrained beam search (EOS before the constraints were met, or ranked
-        out by the constraint banks).
+        out by the constraint banks). Group beam search records no candidates for an
+        (input, group) once it is done: like the reference, its rows then only carry
+        padding, so its branch ends at the step that closed it.
 
         >>> tree = out.trace.beam_tree()                   # doctest: +SKIP
         >>> tree[tree.fate == "finished"].nlargest(3, "normalized_score")  # doctest: +SKIP

@@ -3,10 +3,13 @@ the ``beam.candidates`` hook, and the beam-tree figure."""
 
 from __future__ import annotations
 
+import warnings
+
 import matplotlib
 import numpy as np
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import genlab
 from genlab.plots.beam import RETURNED, beam_tree
@@ -169,6 +172,61 @@ def test_group_tree_shows_the_diversity_penalty(hf_llama, padded_batch):
         assert set(col[col.fate == "diversity"].token_id) <= chosen_by_group0
 
 
+@pytest.fixture(scope="module")
+def group_done_run(hf_llama):
+    """Group beam search where group 1 of input 0 fills its pool and is done after step 1:
+    its step-1 EOS candidate (rank 0) enters the pool and the group stops there."""
+    ids = torch.tensor([[0, 0, 5, 17, 33, 8], [4, 9, 21, 40, 11, 7]])
+    return _traced(
+        hf_llama,
+        (ids, (ids != 0).long()),
+        num_beams=4,
+        num_beam_groups=2,
+        diversity_penalty=1.0,
+        eos_token_id=15,
+        max_new_tokens=8,
+    )
+
+
+def _done_groups_after(trace):
+    """{(batch, group): first step after which it is done}"""
+    done = {}
+    for rec in trace._beam_records():
+        for b, flags in enumerate(rec.info["early_stop"]["done_groups"].tolist()):
+            for g, flag in enumerate(flags):
+                if flag:
+                    done.setdefault((b, g), rec.step)
+    return done
+
+
+def test_group_tree_marks_every_pooled_hypothesis_finished(group_done_run):
+    run, out, trace = group_done_run
+    tree, pool = trace.beam_tree(), trace.hypotheses()
+    assert _done_groups_after(trace).get((0, 1)) == 1  # the settings still reproduce it
+    finished = tree[tree.fate == "finished"]
+    assert set(finished.node) == set(pool.node)  # including the one that closed the group
+    last = pool[pool.step == pool.step.max()]
+    per_group = finished[finished.node.isin(last.node)].groupby(["batch", "group"]).size()
+    assert per_group.to_dict() == last.groupby(["batch", "group"]).size().to_dict()
+    # the beams kept at the step that closed the group are kept, with their beam index
+    closing = tree[(tree.step == 1) & (tree.batch == 0) & (tree.group == 1)]
+    assert sorted(closing[closing.fate == "kept"].beam) == [2, 3]
+
+
+def test_group_tree_has_no_candidates_of_a_done_group(group_done_run):
+    run, out, trace = group_done_run
+    tree = trace.beam_tree()
+    for (b, g), step in _done_groups_after(trace).items():
+        later = tree[(tree.batch == b) & (tree.group == g) & (tree.step > step)]
+        assert later.empty, f"group {g} of input {b} is done after step {step}"
+    # so every candidate after the first step extends a beam kept one step earlier
+    kept = tree[tree.fate == "kept"]
+    key = dict(zip(kept.node, zip(kept.step, kept.batch)))
+    for r in tree[tree.step > 0].itertuples():
+        assert key.get(r.parent_node) == (r.step - 1, r.batch), r
+    assert (tree[tree.step == 0].parent_node == -1).all()
+
+
 def test_constrained_tree_shows_constraint_fates(hf_llama, padded_batch):
     run, out, trace = _traced(
         hf_llama, padded_batch, num_beams=3, force_words_ids=[[20, 21]], max_new_tokens=6
@@ -270,3 +328,25 @@ def test_beam_tree_figure_options(beam_run):
         beam_tree(trace, score="nope")
     with pytest.raises(ValueError, match="steps"):
         beam_tree(trace, steps=(4, 2))
+
+
+@pytest.mark.parametrize(
+    "cfg", [dict(num_beams=2), dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0)]
+)
+def test_beam_tree_figure_small_tree_lays_out(hf_llama, cfg):
+    ids = torch.tensor([[4, 9, 21, 40, 11, 7]])
+    run = genlab.start(hf_llama, input_ids=ids, max_new_tokens=3, trace=True, **cfg)
+    run.run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "constrained_layout not applied"
+        fig = beam_tree(run.tracer.trace)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+    renderer = canvas.get_renderer()
+    fig_box = fig.bbox
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "kept beam" in labels and "dropped by constraint" not in labels  # only drawn fates
+    legend = fig.axes[0].get_legend().get_window_extent(renderer)
+    assert fig_box.x0 - 1 <= legend.x0 and legend.x1 <= fig_box.x1 + 1  # the legend fits
+    axes = fig.axes[0].get_window_extent(renderer)
+    assert axes.width > 0.5 * fig_box.width and axes.height > 0.3 * fig_box.height

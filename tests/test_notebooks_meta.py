@@ -38,6 +38,7 @@ def test_the_teaching_notebooks_exist():
         "01_quickstart.ipynb",
         "02_decoding_strategies.ipynb",
         "03_processor_waterfall.ipynb",
+        "04_beam_search.ipynb",
         "05_watermarking.ipynb",
     }
     assert expected <= names, f"missing notebooks: {sorted(expected - names)}"

@@ -5,6 +5,7 @@ top). Each candidate is linked to the beam it extends. Kept beams are blue boxes
 hypotheses green boxes (dashed when the pool refused them), pruned candidates grey text,
 candidates lost to the diversity penalty purple and to the constraints red; the returned
 sequences are drawn as thick orange paths; tokens a constraint proposed are in italics.
+The legend lists only what is drawn and wraps to the figure's width.
 Each box shows the token and, below it, the
 length-normalised score (``score=`` picks another column of the node table).
 
@@ -85,10 +86,12 @@ def beam_tree(
     shown = _with_rows(shown)
     n_rows = int(shown.y.max()) + 1 if len(shown) else 1
     n_steps = last - first + 1
-    fig = Figure(
-        figsize=(max(6.0, step_width * (n_steps + 1) + 0.8), max(3.0, row_height * n_rows + 1.6)),
-        layout="constrained",
-    )
+    handles = _legend(shown)
+    width = max(6.5, step_width * (n_steps + 1) + 0.8)
+    ncol = _legend_columns(handles, width)
+    legend_rows = -(-len(handles) // ncol)
+    height = max(3.0 + 0.2 * legend_rows, row_height * n_rows + 1.4 + 0.2 * legend_rows)
+    fig = Figure(figsize=(width, height), layout="constrained")
     ax = fig.add_subplot()
     where = {int(r.node): (int(r.step), float(r.y)) for r in shown.itertuples() if r.node >= 0}
     root_y = _root_y(shown, first)
@@ -112,10 +115,10 @@ def beam_tree(
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
     ax.legend(
-        handles=_legend(),
+        handles=handles,
         loc="lower left",
         bbox_to_anchor=(0.0, 1.0),
-        ncol=8,
+        ncol=ncol,
         fontsize=8,
         frameon=False,
     )
@@ -205,7 +208,38 @@ def _draw_nodes(ax, shown, score, max_chars, decimals) -> None:
         )
 
 
-def _legend() -> list:
+#: inches one legend entry takes (marker, gap and a label of up to ~22 characters at 8 pt)
+LEGEND_ENTRY_WIDTH = 1.75
+
+
+def _legend_columns(handles: list, width: float) -> int:
+    """As many legend columns as fit in ``width`` inches (the legend spans the axes)."""
+    fit = int((width - 0.9) // LEGEND_ENTRY_WIDTH)
+    return max(1, min(len(handles), fit))
+
+
+def _legend(shown: pd.DataFrame) -> list:
+    """Legend entries for the fates drawn (kept beams and the returned path always)."""
+    drawn = set(shown.fate) | {"kept"}
+    if shown.returned.any():
+        drawn.add("returned sequence")
+    if (shown.source == "constraint").any():
+        drawn.add("proposed by a constraint")
+    handles = _all_legend()
+    return [h for h in handles if _LABEL_FATE.get(h.get_label(), h.get_label()) in drawn]
+
+
+_LABEL_FATE = {
+    "kept beam": "kept",
+    "finished (in pool)": "finished",
+    "finished, refused": "rejected",
+    "pruned": "pruned",
+    "lost to diversity": "diversity",
+    "dropped by constraint": "constraint",
+}
+
+
+def _all_legend() -> list:
     def box(fate, label):
         st = STYLE[fate]
         return Patch(

@@ -24,7 +24,9 @@ Kept as the reference does it (they change outputs):
 * ``beam_indices`` (only with ``output_scores=True``) count rows within a group, and a
   hypothesis of a later group takes group 0's history;
 * once an (input, group) is done, its rows continue a copy of row 0 of the group with the
-  pad token, score 0.
+  pad token, score 0. Those padded rows are not candidates (the reference computes their
+  top-k but never looks at it), so the trace records no candidates for a done
+  (input, group): its branch of the beam tree ends at the step that closed it.
 
 Example::
 
@@ -429,9 +431,12 @@ class GroupBeamSearch(BeamSearch):
         penalty = cfg.length_penalty
         cols: dict[str, list[torch.Tensor]] = {}
 
-        def put(**kw):
+        def put(live=None, **kw):
             for key, value in kw.items():
-                cols.setdefault(key, []).append(torch.as_tensor(value).reshape(-1).cpu())
+                value = torch.as_tensor(value)
+                if live is not None:  # (B, K): drop the rows of inputs whose group is done
+                    value = value[live.expand_as(value)]
+                cols.setdefault(key, []).append(value.reshape(-1).cpu())
 
         for g, choice in enumerate(pending["groups"]):
             processed, accumulated, values, tokens, parents, current = choice["trace"]
@@ -440,7 +445,7 @@ class GroupBeamSearch(BeamSearch):
             rows_g = self._rows[g].view(B, S)
             fate = torch.full((B, k), PRUNED, dtype=torch.long, device=dev)
             beam = torch.full((B, k), -1, dtype=torch.long, device=dev)
-            done = torch.tensor([self.done_groups[b][g] for b in range(B)], device=dev)
+            done = choice["done"]  # (B,) done *before* this step: its rows only carry padding
             taken = choice["take"]  # (B, S) rank of each new beam
             new_pos = (g * S + torch.arange(S, device=dev)).expand(B, S)
             beam.scatter_(1, taken, new_pos)
@@ -450,9 +455,8 @@ class GroupBeamSearch(BeamSearch):
             parent_rows = rows_g.gather(1, parents)  # (B, K) global rows
             in_group = choice["in_group"].reshape(-1)
             token_lp = processed[in_group, tokens.reshape(-1)].view(B, k)
-            beam[done] = -1
-            fate[done] = PRUNED
             put(
+                live=~done[:, None],
                 batch=torch.arange(B, device=dev)[:, None].expand(B, k),
                 rank=torch.arange(k, device=dev).expand(B, k),
                 parent=parent_rows - torch.arange(B, device=dev)[:, None] * n,
@@ -481,6 +485,7 @@ class GroupBeamSearch(BeamSearch):
                 parent_nodes,
                 processed,
                 generated,
+                done,
             )
         candidates = candidate_payload(**{k: torch.cat(v) for k, v in cols.items()})
         return {
@@ -510,9 +515,11 @@ class GroupBeamSearch(BeamSearch):
         parent_nodes,
         processed,
         generated,
+        done,
     ):
         """Candidates the group would have kept without the diversity penalty (the penalty
-        added back to the processed scores) but lost because of it."""
+        added back to the processed scores) but lost because of it; none for the inputs
+        whose group was already done (done: (B,) bools)."""
         penalty = float(cfg.diversity_penalty or 0.0)
         if g == 0 or penalty <= 0.0:
             return
@@ -528,7 +535,7 @@ class GroupBeamSearch(BeamSearch):
         p_parents = torch.div(p_flat, vocab, rounding_mode="floor")
         p_tokens = p_flat % vocab
         chosen = parents * vocab + tokens
-        lost = ~(p_flat[:, :, None] == chosen[:, None, :]).any(-1)  # (B, K)
+        lost = ~(p_flat[:, :, None] == chosen[:, None, :]).any(-1) & ~done[:, None]  # (B, K)
         if not bool(lost.any()):
             return
         b_idx, r_idx = lost.nonzero(as_tuple=True)
