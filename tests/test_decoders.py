@@ -25,10 +25,16 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from genlab.models.architectures import build_decoder, supported_model_types
+from genlab.models.architectures import (
+    FAMILIES,
+    MODEL_TYPES,
+    build_decoder,
+    select_tensors,
+    supported_model_types,
+)
 from genlab.models.base import KVCache, ModelInfo
 from genlab.models.gpt2 import GPT2Decoder
-from genlab.models.llama import LlamaDecoder
+from genlab.models.llama import LlamaDecoder, row_blocks
 
 hf_logging.set_verbosity_error()
 TOL = 1e-4
@@ -155,7 +161,8 @@ def assert_logits_match(hf_model, lm, ids=None, mask=None, steps=4):
 def test_llama_gqa_untied_matches_reference():
     hf_model = tiny_llama()
     lm = genlab_from(hf_model)
-    assert isinstance(lm, LlamaDecoder) and lm.head is not lm.embed
+    assert isinstance(lm, LlamaDecoder)
+    assert lm.head.untyped_storage().data_ptr() != lm.embed.untyped_storage().data_ptr()
     assert_logits_match(hf_model, lm)
 
 
@@ -168,7 +175,7 @@ def test_llama_tied_mha_explicit_head_dim_and_llama3_rope_match_reference():
         num_key_value_heads=4, head_dim=24, tie_word_embeddings=True, rope_scaling=rope
     )
     lm = genlab_from(hf_model)
-    assert lm.head is lm.embed
+    assert lm.head.untyped_storage().data_ptr() == lm.embed.untyped_storage().data_ptr()
     assert_logits_match(hf_model, lm)
 
 
@@ -201,7 +208,9 @@ def test_mistral_sliding_window_matches_reference():
 def test_gpt2_matches_reference(tied):
     hf_model = tiny_gpt2(tie_word_embeddings=tied)
     lm = genlab_from(hf_model)
-    assert isinstance(lm, GPT2Decoder) and (lm.head is lm.wte) == tied
+    assert isinstance(lm, GPT2Decoder)
+    shared = lm.head.untyped_storage().data_ptr() == lm.wte.untyped_storage().data_ptr()
+    assert shared == tied
     assert_logits_match(hf_model, lm)
 
 
@@ -211,6 +220,35 @@ def test_gpt2_inverse_layer_scaling_matches_reference_eager():
     hf_model = tiny_gpt2(attn="eager", scale_attn_by_inverse_layer_idx=True)
     ids, mask, _ = left_padded_batch(lengths=(6, 6))
     assert_logits_match(hf_model, genlab_from(hf_model), ids, mask, steps=2)
+
+
+def build_with_parts(hf_model, parts):
+    """build_decoder's steps, with an explicit number of row blocks per matrix."""
+    config = hf_model.config.to_dict()
+    family = FAMILIES[MODEL_TYPES[config["model_type"]]]
+    settings = family.settings({**family.defaults[config["model_type"]], **config})
+    tensors = select_tensors(hf_model.state_dict(), family.expected_shapes(settings), "")
+    return family.build(settings, tensors, ModelInfo(vocab_size=VOCAB), parts=parts)
+
+
+@pytest.mark.parametrize("parts", [1, 3, 4])
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_any_number_of_column_blocks_gives_the_same_logits(make, parts):
+    hf_model = make(tie_word_embeddings=True)
+    lm = build_with_parts(hf_model, parts)
+    qkv = lm.layers[0].qkv  # (parts, out // parts, in)
+    assert qkv.shape[0] == row_blocks(qkv.shape[0] * qkv.shape[1], parts) <= parts
+    assert_logits_match(hf_model, lm, steps=2)
+
+
+@pytest.mark.parametrize(
+    "make", [tiny_llama, tiny_qwen2, tiny_gpt2], ids=["llama", "qwen2", "gpt2"]
+)
+def test_one_row_decoding_matches_reference(make):
+    # batch 1 takes the one-row path of every matrix product
+    hf_model = make()
+    ids, mask, _ = left_padded_batch(lengths=(5,))
+    assert_logits_match(hf_model, genlab_from(hf_model), ids, mask, steps=3)
 
 
 def test_positions_beyond_the_initial_rope_table_match_reference():
@@ -367,7 +405,7 @@ def test_forward_works_inside_and_outside_inference_mode():
 def test_lower_precision_weights_still_give_float32_logits():
     hf_model = tiny_llama()
     lm = genlab_from(hf_model, dtype=torch.bfloat16)
-    assert lm.embed.dtype == torch.bfloat16
+    assert lm.head.dtype == torch.bfloat16
     ids, mask, pos = left_padded_batch()
     out = lm.forward(ids, attention_mask=mask, position_ids=pos, cache=lm.new_cache(3))
     assert out.logits.dtype == torch.float32

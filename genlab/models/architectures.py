@@ -87,7 +87,9 @@ def build_decoder(
     state_dict uses transformers' parameter names (``model.layers.0.self_attn.q_proj.weight``,
     ``transformer.h.0.attn.c_attn.weight``; ``lm_head.weight`` may be absent when tied; the
     ``model.`` / ``transformer.`` prefix may be absent). Tensors are converted to ``dtype``
-    (float32 by default; None keeps them as they are). Extra tensors are ignored.
+    (float32 by default; None keeps them as they are); tensors already in that dtype are used
+    without a copy where the layout allows, so the decoder may share memory with
+    ``state_dict``. Extra tensors are ignored.
 
     Raises ValueError for an unknown ``model_type``, missing tensors or wrong shapes, naming
     them. Returns a :class:`~genlab.models.llama.LlamaDecoder` or

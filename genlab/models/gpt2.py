@@ -33,7 +33,10 @@ from genlab.models.llama import (
     additive_mask,
     check_forward_inputs,
     check_positions,
+    row_blocks,
     sdpa_keep_mask,
+    split_matmul,
+    split_weight,
 )
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -153,20 +156,21 @@ def expected_shapes(s: GPT2Settings) -> dict[str, tuple[int, ...]]:
 
 
 class GPT2Block:
-    """One block's weights. Projections in (out, in) layout; ``*_t`` are transposed views."""
+    """One block's weights: LayerNorm vectors, biases, and the four projections in
+    :func:`~genlab.models.llama.split_weight` form (parts, out // parts, in)."""
 
     __slots__ = (
         "ln1_weight",
         "ln1_bias",
-        "qkv_weight",
+        "qkv",
         "qkv_bias",
-        "proj_weight_t",
+        "proj",
         "proj_bias",
         "ln2_weight",
         "ln2_bias",
-        "fc_weight",
+        "fc",
         "fc_bias",
-        "out_weight_t",
+        "out",
         "out_bias",
     )
 
@@ -195,7 +199,7 @@ class GPT2Decoder:
         self.wpe = wpe  # (max_positions, hidden)
         self.layers = blocks  # named as in LlamaDecoder (early-exit views slice it)
         self.ln_f = ln_f
-        self.head = head  # (vocab, hidden); the same tensor as wte when tied
+        self.head = head  # (parts, vocab // parts, hidden), see split_weight; wte's when tied
         self.act = ACTIVATIONS[settings.activation]
         base = settings.head_dim**-0.5 if settings.scale_attn_weights else 1.0
         self.scales = [
@@ -217,36 +221,46 @@ class GPT2Decoder:
         tensors: dict[str, torch.Tensor],
         info: ModelInfo,
         dtype: torch.dtype | None = torch.float32,
+        parts: int | None = None,
     ) -> GPT2Decoder:
-        """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked)."""
+        """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked).
+
+        parts: row blocks per matrix (default: torch's thread count), see split_weight.
+        """
+        target = parts or torch.get_num_threads()
 
         def get(name: str) -> torch.Tensor:
             t = tensors[name].detach()
             return (t.to(dtype) if dtype is not None else t).contiguous()
 
+        def split(weight: torch.Tensor) -> torch.Tensor:  # (out, in)
+            return split_weight(weight, row_blocks(weight.shape[0], target))
+
         blocks = []
         for i in range(settings.num_layers):
             p = f"transformer.h.{i}."
             blocks.append(
-                GPT2Block(
+                GPT2Block(  # Conv1D weights are (in, out): transposed (copied) once, here
                     ln1_weight=get(p + "ln_1.weight"),
                     ln1_bias=get(p + "ln_1.bias"),
-                    qkv_weight=get(p + "attn.c_attn.weight").t().contiguous(),  # (3h, h)
+                    qkv=split(get(p + "attn.c_attn.weight").t()),
                     qkv_bias=get(p + "attn.c_attn.bias"),
-                    proj_weight_t=get(p + "attn.c_proj.weight"),  # (in, out) = (out, in).t()
+                    proj=split(get(p + "attn.c_proj.weight").t()),
                     proj_bias=get(p + "attn.c_proj.bias"),
                     ln2_weight=get(p + "ln_2.weight"),
                     ln2_bias=get(p + "ln_2.bias"),
-                    fc_weight=get(p + "mlp.c_fc.weight").t().contiguous(),  # (inter, h)
+                    fc=split(get(p + "mlp.c_fc.weight").t()),
                     fc_bias=get(p + "mlp.c_fc.bias"),
-                    out_weight_t=get(p + "mlp.c_proj.weight"),  # (inter, h)
+                    out=split(get(p + "mlp.c_proj.weight").t()),
                     out_bias=get(p + "mlp.c_proj.bias"),
                 )
             )
         wte = get("transformer.wte.weight")
-        head = wte if settings.tie_word_embeddings else get("lm_head.weight")
+        tied = settings.tie_word_embeddings
+        head = split(wte if tied else get("lm_head.weight"))
         ln_f = (get("transformer.ln_f.weight"), get("transformer.ln_f.bias"))
-        return cls(settings, info, wte, get("transformer.wpe.weight"), blocks, ln_f, head)
+        wpe = get("transformer.wpe.weight")
+        return cls(settings, info, wte, wpe, blocks, ln_f, head)
 
     # ---- protocol --------------------------------------------------------------------------
 
@@ -258,11 +272,15 @@ class GPT2Decoder:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.wte.dtype
+        return self.head.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.wte.device
+        return self.head.device
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings (without positions): (rows, new) -> (rows, new, hidden)."""
+        return F.embedding(input_ids, self.wte)
 
     def forward(
         self,
@@ -293,7 +311,7 @@ class GPT2Decoder:
         else:
             mask, is_causal = sdpa_keep_mask(attention_mask, past, new_len)
 
-        h = F.embedding(input_ids, self.wte) + F.embedding(position_ids, self.wpe)
+        h = self.embed_tokens(input_ids) + F.embedding(position_ids, self.wpe)
         hidden_states = [h] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i, block in enumerate(self.layers):
@@ -311,7 +329,9 @@ class GPT2Decoder:
         else:
             kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
             kept = F.layer_norm(kept, (s.hidden_size,), w, b, s.layer_norm_eps)
-        logits = F.linear(kept, self.head)
+        rows, n_kept = kept.shape[:2]
+        logits = split_matmul(kept.reshape(rows * n_kept, -1), self.head)
+        logits = logits.view(rows, n_kept, -1)  # (rows, kept, vocab)
         if logits.dtype != torch.float32:
             logits = logits.float()
         return ModelOutput(
@@ -326,9 +346,10 @@ class GPT2Decoder:
         s = self.settings
         rows, new_len, hidden = h.shape
         nh, d = s.num_heads, s.head_dim
+        h = h.view(rows * new_len, hidden)
 
         x = F.layer_norm(h, (hidden,), block.ln1_weight, block.ln1_bias, s.layer_norm_eps)
-        qkv = F.linear(x, block.qkv_weight, block.qkv_bias).view(rows, new_len, 3, nh, d)
+        qkv = (split_matmul(x, block.qkv) + block.qkv_bias).view(rows, new_len, 3, nh, d)
         q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))  # (rows, nh, new, d)
         if cache is not None:
             k, v = cache.append(index, k, v)  # (rows, nh, past + new, d)
@@ -342,11 +363,11 @@ class GPT2Decoder:
             out, weights = _explicit_attention(q, k, v, mask, scale, past)
         out = out.transpose(1, 2).reshape(rows * new_len, hidden)
 
-        h = torch.addmm(h.view(rows * new_len, hidden), out, block.proj_weight_t)
-        h = h + block.proj_bias
+        # projections with the residual added in the same product
+        h = split_matmul(out, block.proj, add=h) + block.proj_bias
         x = F.layer_norm(h, (hidden,), block.ln2_weight, block.ln2_bias, s.layer_norm_eps)
-        x = self.act(F.linear(x, block.fc_weight, block.fc_bias))
-        h = torch.addmm(h, x, block.out_weight_t) + block.out_bias
+        x = self.act(split_matmul(x, block.fc) + block.fc_bias)
+        h = split_matmul(x, block.out, add=h) + block.out_bias
         return h.view(rows, new_len, hidden), weights
 
 

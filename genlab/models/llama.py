@@ -13,11 +13,15 @@ The weights are plain tensors (no ``nn.Module``), laid out for a lean decoding s
 * within each head, q/k rows are reordered so that the pairs RoPE rotates together are
   adjacent: RoPE is then one complex multiplication by a precomputed table. Attention
   scores do not change (q and k share the order); keys in the cache are stored that way;
+* every matrix (the vocabulary head too) is used as blocks of rows, one per thread
+  (:func:`split_weight`, a view): a one-token step then reads the weights on every core at
+  close to the machine's memory bandwidth, where torch's one-row product uses a single core;
 * keys and values are written in place into :class:`~genlab.models.base.KVCache`;
-* the residual additions ride on the output projections (``addmm``), and the final norm and
-  vocabulary projection run only on the positions whose logits are kept.
+* the residual additions ride on the output projections (``baddbmm``), and the final norm
+  and vocabulary projection run only on the positions whose logits are kept.
 
-This module also holds the input checks and attention-mask helpers that ``gpt2.py`` reuses.
+This module also holds the helpers ``gpt2.py`` reuses: input checks, attention masks and the
+column-split matrix products.
 
 Example::
 
@@ -329,8 +333,64 @@ def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     The same numbers as transformers' ``x * cos + rotate_half(x) * sin`` on the
     non-interleaved layout; returns a new tensor of x's shape and dtype.
     """
-    pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))  # (rows, new, heads, d/2)
-    return torch.view_as_real(pairs * rotation).flatten(-2).to(x.dtype)
+    if x.dtype != torch.float32:  # the table is complex64: rotate in float32
+        return apply_rotary(x.float(), rotation).to(x.dtype)
+    pairs = torch.view_as_complex(x.unflatten(-1, (-1, 2)))  # (rows, new, heads, d/2)
+    return torch.view_as_real(pairs * rotation).flatten(-2)
+
+
+# --------------------------------------------------------------------------------------------
+# Matrix products that use every core for one row (shared with gpt2.py)
+# --------------------------------------------------------------------------------------------
+
+
+def row_blocks(out_features: int, target: int) -> int:
+    """The largest divisor of ``out_features`` that is at most ``target`` (at least 1)."""
+    for parts in range(max(1, min(target, out_features)), 0, -1):
+        if out_features % parts == 0:
+            return parts
+    return 1
+
+
+SPLIT_ROWS = 16  # measured crossover (2 cores): split blocks win up to 16 rows at a time
+
+
+def split_weight(weight: torch.Tensor, parts: int) -> torch.Tensor:
+    """(out, in) weight -> (parts, out // parts, in): blocks of rows (a view when contiguous).
+
+    A one-row product ``x @ W^T`` (decoding one token) runs on a single core in torch's CPU
+    BLAS, at well under the machine's memory bandwidth. Computed as ``W @ x`` over blocks of
+    rows (:func:`split_matmul`), the same product is a batched one whose blocks run on
+    separate cores, at close to the bandwidth of a plain ``sum()``.
+    """
+    out_features, in_features = weight.shape
+    return weight.contiguous().view(parts, out_features // parts, in_features)
+
+
+def split_matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = None):
+    """``x @ W^T (+ add)`` for W stored by :func:`split_weight`.
+
+    x (m, in); weight (parts, out // parts, in); add (m, out) or None -> (m, out). Up to
+    ``SPLIT_ROWS`` rows (decoding, beams) the blocks run as a batched product; for more rows
+    (a prompt) the product is compute-bound and torch's matrix product is faster.
+    """
+    parts, width, in_features = weight.shape
+    m = x.shape[0]
+    if m > SPLIT_ROWS:
+        whole = weight.view(parts * width, in_features)  # the (out, in) matrix
+        return F.linear(x, whole) if add is None else torch.addmm(add, x, whole.t())
+    # x as columns, shared by every block: (parts, in, m), strides (0, 1, in); BLAS takes
+    # the fast path for this layout (a (0, 1, 1)-strided vector is ten times slower)
+    columns = x.t().expand(parts, in_features, m)
+    if m == 1:  # decoding one row: every reshape is a view
+        if add is None:
+            return torch.bmm(weight, columns).view(1, parts * width)
+        return torch.baddbmm(add.view(parts, width, 1), weight, columns).view(1, parts * width)
+    if add is None:
+        y = torch.bmm(weight, columns)  # (parts, width, m)
+    else:
+        y = torch.baddbmm(add.t().unflatten(0, (parts, width)), weight, columns)
+    return y.permute(2, 0, 1).contiguous().view(m, parts * width)
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,7 +407,6 @@ def check_forward_inputs(
     logits_to_keep: int,
     vocab_size: int,
     num_layers: int,
-    max_positions: int | None = None,
 ) -> tuple[int, torch.Tensor, torch.Tensor]:
     """Validate a forward call before any model work.
 
@@ -489,20 +548,21 @@ def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 class LlamaLayer:
     """One decoder layer's weights, stored the way the forward pass uses them.
 
-    qkv_weight: (q_out + 2 * kv_out, hidden), q and k rows interleaved for RoPE, columns
-    scaled by the input RMSNorm weight; o_weight_t: (q_out, hidden) (a transposed view);
-    gate_up_weight: (2 * intermediate, hidden), columns scaled by the post-attention RMSNorm
-    weight; down_weight_t: (intermediate, hidden).
+    Matrices are in :func:`split_weight` form (parts, out // parts, in):
+    qkv: out = q_out + 2 * kv_out, q and k rows interleaved for RoPE, columns scaled by the
+    input RMSNorm weight; o: in = q_out, out = hidden; gate_up: out = 2 * intermediate
+    (gate then up), columns scaled by the post-attention RMSNorm weight; down: in =
+    intermediate, out = hidden. Biases are plain vectors (or None).
     """
 
     __slots__ = (
-        "qkv_weight",
+        "qkv",
         "qkv_bias",
-        "o_weight_t",
+        "o",
         "o_bias",
-        "gate_up_weight",
+        "gate_up",
         "gate_up_bias",
-        "down_weight_t",
+        "down",
         "down_bias",
     )
 
@@ -529,14 +589,14 @@ class LlamaDecoder:
     ):
         self.settings = settings
         self.info = info
+        self.name = info.name
         self.embed = embed  # (vocab, hidden)
         self.layers = layers
         self.norm = norm  # (hidden,)
-        self.head = head  # (vocab, hidden); the same tensor as embed when tied
+        self.head = head  # (parts, vocab // parts, hidden), see split_weight; embed's when tied
         self.rope = RotaryTable(rope_inverse_frequencies(settings))
         self.scale = settings.head_dim**-0.5
-        self.eps = torch.tensor(settings.rms_norm_eps, dtype=embed.dtype, device=embed.device)
-        self.name = info.name
+        self.eps = torch.tensor(settings.rms_norm_eps, dtype=head.dtype, device=head.device)
 
     def __repr__(self) -> str:
         s = self.settings
@@ -555,8 +615,13 @@ class LlamaDecoder:
         tensors: dict[str, torch.Tensor],
         info: ModelInfo,
         dtype: torch.dtype | None = torch.float32,
+        parts: int | None = None,
     ) -> LlamaDecoder:
-        """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked)."""
+        """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked).
+
+        parts: row blocks per matrix (default: torch's thread count), see split_weight.
+        """
+        target = parts or torch.get_num_threads()
 
         def get(name: str) -> torch.Tensor:
             t = tensors[name].detach()
@@ -564,6 +629,9 @@ class LlamaDecoder:
 
         def maybe(name: str) -> torch.Tensor | None:
             return get(name) if name in tensors else None
+
+        def split(weight: torch.Tensor) -> torch.Tensor:
+            return split_weight(weight, row_blocks(weight.shape[0], target))
 
         nh, nkv = settings.num_heads, settings.num_kv_heads
         layers = []
@@ -588,19 +656,20 @@ class LlamaDecoder:
                 gate_up_bias = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")])
             layers.append(
                 LlamaLayer(
-                    qkv_weight=torch.cat([q, k, get(a + "v_proj.weight")]) * attn_norm,
+                    qkv=split(torch.cat([q, k, get(a + "v_proj.weight")]) * attn_norm),
                     qkv_bias=qkv_bias,
-                    o_weight_t=get(a + "o_proj.weight").contiguous().t(),
+                    o=split(get(a + "o_proj.weight")),
                     o_bias=maybe(a + "o_proj.bias"),
-                    gate_up_weight=gate_up * mlp_norm,
+                    gate_up=split(gate_up * mlp_norm),
                     gate_up_bias=gate_up_bias,
-                    down_weight_t=get(m + "down_proj.weight").contiguous().t(),
+                    down=split(get(m + "down_proj.weight")),
                     down_bias=maybe(m + "down_proj.bias"),
                 )
             )
         embed = get("model.embed_tokens.weight").contiguous()
-        head = embed if settings.tie_word_embeddings else get("lm_head.weight").contiguous()
-        return cls(settings, info, embed, layers, get("model.norm.weight").contiguous(), head)
+        head = split(embed if settings.tie_word_embeddings else get("lm_head.weight"))
+        norm = get("model.norm.weight").contiguous()
+        return cls(settings, info, embed, layers, norm, head)
 
     # ---- protocol --------------------------------------------------------------------------
 
@@ -612,11 +681,15 @@ class LlamaDecoder:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed.dtype
+        return self.head.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.embed.device
+        return self.head.device
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings: (rows, new) -> (rows, new, hidden)."""
+        return F.embedding(input_ids, self.embed)
 
     def forward(
         self,
@@ -651,7 +724,7 @@ class LlamaDecoder:
         else:
             mask, is_causal = sdpa_keep_mask(attention_mask, past, new_len, s.sliding_window)
 
-        h = F.embedding(input_ids, self.embed)  # (rows, new, hidden)
+        h = self.embed_tokens(input_ids)  # (rows, new, hidden)
         hidden_states = [h] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i, layer in enumerate(self.layers):
@@ -668,7 +741,9 @@ class LlamaDecoder:
         else:
             kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
             kept = F.rms_norm(kept, (s.hidden_size,), self.norm, s.rms_norm_eps)
-        logits = F.linear(kept, self.head)  # (rows, kept, vocab)
+        rows, n_kept = kept.shape[:2]
+        logits = split_matmul(kept.reshape(rows * n_kept, -1), self.head)
+        logits = logits.view(rows, n_kept, -1)  # (rows, kept, vocab)
         if logits.dtype != torch.float32:
             logits = logits.float()
         return ModelOutput(
@@ -690,10 +765,14 @@ class LlamaDecoder:
         s = self.settings
         rows, new_len, hidden = h.shape
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
+        h = h.view(rows * new_len, hidden)
 
         # attention: one matmul for q, k and v; RoPE on q and k together
-        x = h * self._inverse_rms(h)  # RMSNorm; its weight is folded into qkv_weight
-        qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias).view(rows, new_len, nh + 2 * nkv, d)
+        x = h * self._inverse_rms(h)  # RMSNorm; its weight is folded into the qkv matrix
+        qkv = split_matmul(x, layer.qkv)  # (rows * new, (nh + 2 * nkv) * d)
+        if layer.qkv_bias is not None:
+            qkv = qkv + layer.qkv_bias
+        qkv = qkv.view(rows, new_len, nh + 2 * nkv, d)
         qk = apply_rotary(qkv[:, :, : nh + nkv], rotation)  # (rows, new, nh + nkv, d)
         q = qk[:, :, :nh].transpose(1, 2)  # (rows, nh, new, d)
         k = qk[:, :, nh:].transpose(1, 2)  # (rows, nkv, new, d)
@@ -710,16 +789,18 @@ class LlamaDecoder:
             out, weights = explicit_attention(q, k, v, mask, self.scale)
         out = out.transpose(1, 2).reshape(rows * new_len, nh * d)
 
-        # residual add fused into the output projection
-        h = torch.addmm(h.view(rows * new_len, hidden), out, layer.o_weight_t)
+        # output projection with the residual added in the same product
+        h = split_matmul(out, layer.o, add=h)
         if layer.o_bias is not None:
             h = h + layer.o_bias
 
         # gated MLP: one matmul for gate and up
-        x = h * self._inverse_rms(h)  # weight folded into gate_up_weight
-        gate_up = F.linear(x, layer.gate_up_weight, layer.gate_up_bias)
+        x = h * self._inverse_rms(h)  # weight folded into the gate_up matrix
+        gate_up = split_matmul(x, layer.gate_up)
+        if layer.gate_up_bias is not None:
+            gate_up = gate_up + layer.gate_up_bias
         gate, up = gate_up.chunk(2, dim=-1)
-        h = torch.addmm(h, F.silu(gate) * up, layer.down_weight_t)
+        h = split_matmul(F.silu(gate) * up, layer.down, add=h)
         if layer.down_bias is not None:
             h = h + layer.down_bias
         return h.view(rows, new_len, hidden), weights
