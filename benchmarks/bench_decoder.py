@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_decoder.py [--new-tokens 64] [--repeats 5]
+    .venv/bin/python benchmarks/bench_decoder.py [--new-tokens 64] [--repeats 5] [--skip-rss]
 
 What it does, in order:
 
@@ -15,7 +15,9 @@ What it does, in order:
 4. times batch-1 greedy decoding, the two systems interleaved in one process after a
    warm-up: prompt processing (ms per prompt token), decoding (ms per new token), tok/s,
    their ratio, the memory-bandwidth bound (bandwidth / bytes of weights read per token)
-   and the fraction of it reached;
+   and the fraction of it reached. The bandwidth is measured again before every repeat
+   and each repeat is compared with its own: on a shared machine it moves a lot (30-70
+   GB/s were seen within minutes here);
 5. measures each model's peak RSS while generating, each in a fresh subprocess (the peak
    counter is reset after loading, so it shows the running model, not the loading).
 
