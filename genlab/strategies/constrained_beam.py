@@ -44,7 +44,7 @@ from .beam import (
     publish,
     stop_flags,
 )
-from .group_beam import Hypotheses, write_hypotheses
+from .group_beam import Hypotheses, pooled_beams, pooled_output
 
 __all__ = ["ConstrainedBeamSearch", "constraints_of"]
 
@@ -453,36 +453,10 @@ class ConstrainedBeamSearch(BeamSearch):
                             None,
                             int(self.running_nodes[row]),
                         )
-        max_length = getattr(run.stopping_criteria, "max_length", None)
-        seqs, scores, indices, nodes = write_hypotheses(
-            pools,
-            keep,
-            max_length,
-            run.gen_config.pad_token_id,
-            eos_ids(cfg) or [run.gen_config.pad_token_id],
-            run.sequences,
-        )
-        self.returned_nodes = nodes
-        return {
-            "sequences": seqs,
-            "sequences_scores": scores if run.gen_config.output_scores else None,
-            "beam_indices": indices if self.track else None,
-        }
+        return pooled_output(self, run, pools, keep)
 
     def beams(self, run, batch: int = 0) -> list[tuple[list[int], float, bool]]:
-        n, p = self.num_beams, self.prompt_length
-        generated = max(run.sequences.shape[1] - p, 1)
-        penalty = self.config.length_penalty
-        out = []
-        for i in range(n):
-            row = batch * n + i
-            score = float(self.beam_scores[row])
-            if score > NEG / 2:
-                out.append((run.sequences[row, p:].tolist(), score / generated**penalty, False))
-        for score, seq, _idx, _node in self.pools[batch][0].entries:
-            out.append((seq[p:].tolist(), float(score), True))
-        out.sort(key=lambda x: -x[1])
-        return out
+        return pooled_beams(self, run, batch)
 
 
 def _round_robin(banks: list[int]) -> torch.LongTensor:

@@ -600,34 +600,46 @@ class GroupBeamSearch(BeamSearch):
                         indices,
                         int(self.running_nodes[row]),
                     )
-        max_length = getattr(run.stopping_criteria, "max_length", None)
-        seqs, scores, indices, nodes = write_hypotheses(
-            pools,
-            int(cfg.num_return_sequences or 1),
-            max_length,
-            run.gen_config.pad_token_id,
-            eos_ids(cfg) or [run.gen_config.pad_token_id],
-            run.sequences,
-        )
-        self.returned_nodes = nodes
-        return {
-            "sequences": seqs,
-            "sequences_scores": scores if run.gen_config.output_scores else None,
-            "beam_indices": indices if self.track else None,
-        }
+        return pooled_output(self, run, pools, int(cfg.num_return_sequences or 1))
 
     def beams(self, run, batch: int = 0) -> list[tuple[list[int], float, bool]]:
-        n, p = self.num_beams, self.prompt_length
-        generated = max(run.sequences.shape[1] - p, 1)
-        penalty = self.config.length_penalty
-        out = []
-        for i in range(n):
-            row = batch * n + i
-            score = float(self.beam_scores[row])
-            if score > NEG / 2:
-                out.append((run.sequences[row, p:].tolist(), score / generated**penalty, False))
-        for pool in self.pools[batch]:
-            for score, seq, _idx, _node in pool.entries:
-                out.append((seq[p:].tolist(), float(score), True))
-        out.sort(key=lambda x: -x[1])
-        return out
+        return pooled_beams(self, run, batch)
+
+
+def pooled_output(strategy, run, pools, keep: int) -> dict[str, Any]:
+    """The output fields of a search that keeps its finished hypotheses in ``pools``
+    (group and constrained beam search): the best ``keep`` per input, padded."""
+    cfg = run.gen_config
+    seqs, scores, indices, nodes = write_hypotheses(
+        pools,
+        keep,
+        getattr(run.stopping_criteria, "max_length", None),
+        cfg.pad_token_id,
+        eos_ids(cfg) or [cfg.pad_token_id],
+        run.sequences,
+    )
+    strategy.returned_nodes = nodes
+    return {
+        "sequences": seqs,
+        "sequences_scores": scores if cfg.output_scores else None,
+        "beam_indices": indices if strategy.track else None,
+    }
+
+
+def pooled_beams(strategy, run, batch: int = 0) -> list[tuple[list[int], float, bool]]:
+    """Running beams and finished hypotheses of one input, best first:
+    (generated ids, length-normalised score, finished)."""
+    n, p = strategy.num_beams, strategy.prompt_length
+    generated = max(run.sequences.shape[1] - p, 1)
+    penalty = strategy.config.length_penalty
+    out = []
+    for i in range(n):
+        row = batch * n + i
+        score = float(strategy.beam_scores[row])
+        if score > NEG / 2:
+            out.append((run.sequences[row, p:].tolist(), score / generated**penalty, False))
+    for pool in strategy.pools[batch]:
+        for score, seq, _idx, _node in pool.entries:
+            out.append((seq[p:].tolist(), float(score), True))
+    out.sort(key=lambda x: -x[1])
+    return out
