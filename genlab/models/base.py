@@ -160,6 +160,25 @@ class KVCache:
         return other
 
 
+class BuiltinDecoder:
+    """Protocol plumbing shared by genlab's own decoders (which set ``settings.num_layers``
+    and an output ``head`` tensor)."""
+
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty cache for ``batch_size`` rows (buffers are allocated on the first append)."""
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+        return KVCache(self.settings.num_layers)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.head.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.head.device
+
+
 class CausalLM(Protocol):
     """Structural type of a genlab model (see the module docstring)."""
 

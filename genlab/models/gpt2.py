@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genlab.models.base import KVCache, ModelInfo, ModelOutput
+from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput
 from genlab.models.llama import (
     _keep_mask,
     additive_mask,
@@ -179,7 +179,7 @@ class GPT2Block:
             setattr(self, name, tensors[name])
 
 
-class GPT2Decoder:
+class GPT2Decoder(BuiltinDecoder):
     """A GPT-2 causal LM implementing genlab's model protocol (see ``base.py``)."""
 
     def __init__(
@@ -263,20 +263,6 @@ class GPT2Decoder:
         return cls(settings, info, wte, wpe, blocks, ln_f, head)
 
     # ---- protocol --------------------------------------------------------------------------
-
-    def new_cache(self, batch_size: int) -> KVCache:
-        """An empty cache for ``batch_size`` rows (buffers are allocated on the first append)."""
-        if not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
-        return KVCache(self.settings.num_layers)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.head.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.head.device
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings (without positions): (rows, new) -> (rows, new, hidden)."""

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genlab.models.base import KVCache, ModelInfo, ModelOutput
+from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -571,7 +571,7 @@ class LlamaLayer:
             setattr(self, name, tensors.get(name))
 
 
-class LlamaDecoder:
+class LlamaDecoder(BuiltinDecoder):
     """A Llama-family causal LM implementing genlab's model protocol (see ``base.py``).
 
     Build it with :func:`genlab.models.architectures.build_decoder` (transformers names) or
@@ -672,20 +672,6 @@ class LlamaDecoder:
         return cls(settings, info, embed, layers, norm, head)
 
     # ---- protocol --------------------------------------------------------------------------
-
-    def new_cache(self, batch_size: int) -> KVCache:
-        """An empty cache for ``batch_size`` rows (buffers are allocated on the first append)."""
-        if not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
-        return KVCache(self.settings.num_layers)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.head.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.head.device
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings: (rows, new) -> (rows, new, hidden)."""
