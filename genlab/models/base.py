@@ -98,10 +98,11 @@ class KVCache:
 
     Each layer holds ``k`` and ``v`` of shape (rows, kv_heads, capacity, head_dim); only
     the first ``length()`` positions are valid. Appending never copies the whole cache
-    except when the capacity is exhausted (then it grows by ``chunk`` positions at once).
+    except when the capacity is exhausted; it then grows by ``chunk`` positions or by half
+    of what it holds, whichever is more (amortised O(1) copies, little memory held ahead).
     """
 
-    def __init__(self, num_layers: int, chunk: int = 256):
+    def __init__(self, num_layers: int, chunk: int = 32):
         self.num_layers = num_layers
         self.chunk = chunk
         self.keys: list[torch.Tensor | None] = [None] * num_layers
@@ -118,7 +119,7 @@ class KVCache:
         start = self._len[layer]
         buf_k, buf_v = self.keys[layer], self.values[layer]
         if buf_k is None or start + n > buf_k.shape[2]:
-            cap = start + n + self.chunk
+            cap = start + n + max(self.chunk, (start + n) // 2)
             new_k = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
             new_v = v.new_empty(v.shape[0], v.shape[1], cap, v.shape[3])
             if buf_k is not None and start:
