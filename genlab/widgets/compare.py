@@ -95,17 +95,7 @@ class CompareView(LiveView):
                 )
             )
             self.panels[label], self.text_views[label] = panel, view
-        self.prompt_box = widgets.Textarea(
-            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
-        )
-        self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
-        self.seed_box = widgets.IntText(
-            value=0 if seed is None else seed,
-            description="seed",
-            layout=widgets.Layout(width="150px"),
-        )
-        for box in (self.prompt_box, self.chat_box, self.seed_box):
-            box.observe(self.on_input, names="value")
+        self._init_prompt_inputs(prompt, chat, seed)
         self.plot_image = widgets.Image(format="png")
         self.summary_view = widgets.HTML()
         title = widgets.HTML(f"<b>genlab compare</b> &middot; {html.escape(str(lm.name))}")

@@ -106,17 +106,7 @@ class WatermarkExplorer(LiveView):
             cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, open_group="watermark"
         )
         self.panel.on_change(lambda p, names: self.on_input())
-        self.prompt_box = widgets.Textarea(
-            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
-        )
-        self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
-        self.seed_box = widgets.IntText(
-            value=0 if seed is None else seed,
-            description="seed",
-            layout=widgets.Layout(width="150px"),
-        )
-        for box in (self.prompt_box, self.chat_box, self.seed_box):
-            box.observe(self.on_input, names="value")
+        self._init_prompt_inputs(prompt, chat, seed)
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
         self.detection_view = widgets.HTML()
@@ -319,17 +309,7 @@ class BeamExplorer(LiveView):
             cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, open_group="strategy"
         )
         self.panel.on_change(lambda p, names: self.on_input())
-        self.prompt_box = widgets.Textarea(
-            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
-        )
-        self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
-        self.seed_box = widgets.IntText(
-            value=0 if seed is None else seed,
-            description="seed",
-            layout=widgets.Layout(width="150px"),
-        )
-        for box in (self.prompt_box, self.chat_box, self.seed_box):
-            box.observe(self.on_input, names="value")
+        self._init_prompt_inputs(prompt, chat, seed)
         self.step_slider = widgets.IntSlider(
             value=0, min=0, max=0, description="step", continuous_update=False
         )

@@ -111,6 +111,21 @@ class LiveView(widgets.VBox):
         self.generate_button.on_click(lambda _: self.update())
         self.stop_button.on_click(lambda _: self.stop())
 
+    def _init_prompt_inputs(self, prompt: str, chat: bool, seed: int | None) -> None:
+        """The prompt box, chat switch and seed box every live view has; any change
+        schedules a new generation."""
+        self.prompt_box = widgets.Textarea(
+            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
+        )
+        self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
+        self.seed_box = widgets.IntText(
+            value=0 if seed is None else seed,
+            description="seed",
+            layout=widgets.Layout(width="150px"),
+        )
+        for box in (self.prompt_box, self.chat_box, self.seed_box):
+            box.observe(self.on_input, names="value")
+
     def controls_row(self) -> widgets.HBox:
         return widgets.HBox(
             [self.generate_button, self.stop_button, self.auto_box, self.progress, self.status]

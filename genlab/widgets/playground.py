@@ -99,15 +99,7 @@ class Playground(LiveView):
 
         cfg = initial_config(lm, config, **config_kwargs)
         self.panel = ConfigPanel(cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size)
-        self.prompt_box = widgets.Textarea(
-            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
-        )
-        self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
-        self.seed_box = widgets.IntText(
-            value=0 if seed is None else seed,
-            description="seed",
-            layout=widgets.Layout(width="150px"),
-        )
+        self._init_prompt_inputs(prompt, chat, seed)
         self.text_view = widgets.HTML(text_block("<i>no result yet</i>"))
         self.text_view.add_class("genlab-result")
         self.table_view = widgets.HTML()
@@ -117,8 +109,6 @@ class Playground(LiveView):
         )
         self.topk_image = widgets.Image(format="png")
 
-        for box in (self.prompt_box, self.chat_box, self.seed_box):
-            box.observe(self.on_input, names="value")
         self.panel.on_change(lambda panel, names: self.on_input())
         self.position.observe(lambda _: self._show_topk(), names="value")
 
