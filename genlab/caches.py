@@ -7,6 +7,12 @@
   fed back) and written in place, never reallocated: the layout ``torch.compile`` wants.
   On a transformers model it is transformers' ``StaticCache``, as the reference uses.
 
+With a static cache, greedy and sampling runs compile their one-token decoding steps
+(:func:`compiled_forward`) under the reference's conditions: ``disable_compile`` is False and
+the model is on a CUDA device, or ``compile_config._compile_all_devices`` is True. The
+prompt is processed eagerly; every later step has the same shapes (one token per row,
+attention over the whole preallocated cache with a mask), so it compiles once.
+
 Offloaded and quantized caches (``"offloaded"``, ``"offloaded_static"``, ``"quantized"``)
 exist to save accelerator memory; genlab runs on one device and raises a clear error for
 them instead of silently using another cache.
@@ -16,8 +22,11 @@ them instead of silently using another cache.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
+from .config import CompileConfig
 from .models.base import KVCache
 
 #: cache_implementation values genlab accepts
@@ -40,11 +49,22 @@ class StaticKVCache(KVCache):
     (3, 4)
     """
 
+    #: fixed shapes: a decoding step on it can be compiled (see :func:`compiled_forward`)
+    is_compileable = True
+
     def __init__(self, num_layers: int, capacity: int):
         super().__init__(num_layers, chunk=0)
         if capacity < 1:
             raise ValueError(f"a static cache needs capacity >= 1 position, got {capacity}")
         self.capacity = int(capacity)
+
+    def ready_for_fixed_step(self, new_len: int) -> bool:
+        """True when every layer's buffers exist and ``new_len`` more positions fit."""
+        return self.keys[0] is not None and self.length() + new_len <= self.capacity
+
+    def advance(self, n: int) -> None:
+        """Count ``n`` positions written by a fixed-shape step (``SlotWriter``) in every layer."""
+        self._len = [length + n for length in self._len]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         start, n = self._len[layer], k.shape[2]
@@ -65,6 +85,43 @@ class StaticKVCache(KVCache):
         other.keys = [None if k is None else k.clone() for k in self.keys]
         other.values = [None if v is None else v.clone() for v in self.values]
         return other
+
+
+def compiled_forward(model, config, cache, mode: str):
+    """The compiled forward for this run's decoding steps, or None to stay eager.
+
+    The reference's conditions: a greedy or sampling run, ``disable_compile`` False, a cache
+    that is compileable (static), and a CUDA device unless
+    ``compile_config._compile_all_devices`` is True. A ``compile_config`` given when these
+    do not hold is skipped with a warning that says why. The model brings the compiled
+    callable (``model.compiled_forward(compile_config)``, cached on the model so that later
+    runs reuse it); it has ``forward``'s signature.
+    """
+    if mode not in ("greedy_search", "sample") or config.disable_compile:
+        return None
+    compile_config = config.compile_config
+    device = getattr(model, "device", None)
+    on_cuda = isinstance(device, torch.device) and device.type == "cuda"
+    all_devices = bool(compile_config is not None and compile_config._compile_all_devices)
+    reasons = []
+    if not (on_cuda or all_devices):
+        reasons.append(
+            f"the model is on {device or 'cpu'}, and compiling happens on CUDA only unless "
+            "compile_config._compile_all_devices = True"
+        )
+    if not getattr(cache, "is_compileable", False):
+        reasons.append("the cache is not static: set cache_implementation='static'")
+    elif not hasattr(model, "compiled_forward"):
+        reasons.append(f"{type(model).__name__} has no compiled_forward()")
+    if reasons:
+        if compile_config is not None:
+            warnings.warn(
+                "compile_config is set but the decoding steps will not be compiled: "
+                + "; ".join(reasons),
+                stacklevel=4,
+            )
+        return None
+    return model.compiled_forward(compile_config or CompileConfig())
 
 
 def check_cache_implementation(value) -> None:

@@ -629,13 +629,25 @@ class SynthIDTextWatermarkingConfig(_SmallConfig):
 
 @dataclass
 class CompileConfig(_SmallConfig):
-    """torch.compile settings (the reference's CompileConfig fields and defaults)."""
+    """torch.compile settings (the reference's CompileConfig fields and defaults).
+
+    Used when a greedy or sampling run has ``cache_implementation="static"``: its one-token
+    decoding steps are compiled (genlab/caches.py, :func:`~genlab.caches.compiled_forward`).
+    As in the reference, that happens on CUDA devices only, unless ``_compile_all_devices``
+    is set to True (an attribute, not a field: it is never serialised), e.g. to compile on
+    the CPU:
+
+    >>> cc = CompileConfig(fullgraph=True)
+    >>> cc._compile_all_devices = True
+    """
 
     fullgraph: bool = False
     dynamic: bool | None = None
     backend: Any = "inductor"
     mode: str = "reduce-overhead"
     options: dict | None = None
+    # compile on every device type, not only CUDA (the reference's flag of the same name)
+    _compile_all_devices = None
 
 
 _WATERMARK_CLASSES = (WatermarkingConfig, SynthIDTextWatermarkingConfig)
@@ -661,7 +673,9 @@ def _coerce_compile(value: Any) -> Any:
     if isinstance(value, dict):
         return CompileConfig.from_dict(value)
     if type(value).__name__ == "CompileConfig" and hasattr(value, "to_dict"):
-        return CompileConfig.from_dict(value.to_dict())
+        ours = CompileConfig.from_dict(value.to_dict())
+        ours._compile_all_devices = getattr(value, "_compile_all_devices", None)
+        return ours
     return value
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .caches import make_cache
+from .caches import compiled_forward, make_cache
 from .encdec import check_ids
 from .hooks import HookRegistry
 from .models.base import ModelOutput
@@ -307,6 +307,7 @@ class Run:
             self.mode,
             assistant_model is not None,
         )
+        self._compiled = self._compiled_forward()
         self.step_index = 0
         self._scores: list[torch.Tensor] = []
         self._logits: list[torch.Tensor] = []
@@ -429,6 +430,14 @@ class Run:
         self.gen_config = cfg
         self.mode = mode
         self._config_seen = seen
+        if hasattr(self, "cache"):  # a config change may turn compiling on or off
+            self._compiled = self._compiled_forward()
+
+    def _compiled_forward(self):
+        """The compiled forward for decoding steps, or None (genlab/caches.py decides)."""
+        if self.encdec is not None:
+            return None
+        return compiled_forward(self.model, self.gen_config, self.cache, self.mode)
 
     # -- public API ----------------------------------------------------------------------
     @property
@@ -575,8 +584,11 @@ class Run:
             if cfg.use_cache is not False
             else self.model.new_cache(self.sequences.shape[0])
         )
-        new = self.sequences[:, cache.length() :]
-        return self.model.forward(
+        past = cache.length()
+        new = self.sequences[:, past:]
+        # the prompt runs eagerly; with a static cache, decoding steps may run compiled
+        forward = self._compiled if past and self._compiled is not None else self.model.forward
+        return forward(
             new,
             attention_mask=self.attention_mask,
             position_ids=position_ids_from_mask(self.attention_mask, new.shape[1]),

@@ -37,6 +37,8 @@ adapter) add:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -161,15 +163,95 @@ class KVCache:
         return other
 
 
+class SlotWriter:
+    """Writes a step's keys/values at tensor-given positions of preallocated buffers.
+
+    The cache a fixed-shape decoding step (:meth:`BuiltinDecoder.compiled_forward`) hands
+    to the layers: ``append`` copies the new k/v (rows, kv_heads, new, head_dim) into the
+    positions ``slots`` (a LongTensor, not a Python int, so that a compiled step does not
+    specialise on the length) and returns the whole buffers (rows, kv_heads, capacity,
+    head_dim); the attention mask hides what is not filled yet.
+    """
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], slots):
+        self.keys, self.values, self.slots = keys, values, slots
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        self.keys[layer].index_copy_(2, self.slots, k)
+        self.values[layer].index_copy_(2, self.slots, v)
+        return self.keys[layer], self.values[layer]
+
+
 class BuiltinDecoder:
     """Protocol plumbing shared by genlab's own decoders (which set ``settings.num_layers``
-    and an output ``head`` tensor)."""
+    and an output ``head`` tensor).
+
+    Subclasses also bring the two halves of a fixed-shape decoding step, used by
+    :meth:`compiled_forward`: ``_fixed_inputs(input_ids, attention_mask, position_ids,
+    cache)`` (eager: input checks, the position input and the (rows, 1, 1, capacity) keep
+    mask) and ``_fixed_step(input_ids, positions, keep, keys, values, slots)`` (the
+    compiled part: every layer and the head, on a :class:`SlotWriter`).
+    """
 
     def new_cache(self, batch_size: int) -> KVCache:
         """An empty cache for ``batch_size`` rows (buffers are allocated on the first append)."""
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
         return KVCache(self.settings.num_layers)
+
+    def compiled_forward(self, compile_config) -> Any:
+        """``forward`` with its one-token steps on a static cache run by ``torch.compile``.
+
+        compile_config: a :class:`~genlab.config.CompileConfig`; its fields are passed to
+        ``torch.compile``. A call the fixed-shape step cannot take (a prompt, several new
+        tokens, a cache that is not static, attentions or hidden states asked for) runs the
+        eager ``forward``. The compiled step is kept on the model and reused while the
+        config stays the same, so later generations do not compile again.
+        """
+        last = getattr(self, "_compiled", None)
+        if last is None or last[0] != compile_config:
+            step = torch.compile(self._fixed_step, **compile_config.to_dict())
+            call = functools.partial(self._fixed_forward, step)
+            self._compiled = (dataclasses.replace(compile_config), call)
+        return self._compiled[1]
+
+    def _fixed_forward(
+        self,
+        step,
+        input_ids: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: Any = None,
+        logits_to_keep: int = 1,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> ModelOutput:
+        ready = getattr(cache, "ready_for_fixed_step", None)
+        fixed = (
+            ready is not None
+            and not (output_attentions or output_hidden_states)
+            and logits_to_keep == 1
+            and isinstance(input_ids, torch.Tensor)
+            and input_ids.dim() == 2
+            and input_ids.shape[1] == 1
+            and ready(1)
+        )
+        if not fixed:
+            return self.forward(
+                input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                cache=cache, logits_to_keep=logits_to_keep,
+                output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            )  # fmt: skip
+        past = cache.length()
+        positions, keep = self._fixed_inputs(input_ids, attention_mask, position_ids, cache)
+        # a fresh (rows, 1) tensor: a column sliced out of the sequences has their stride,
+        # which changes every step and would make the compiled step recompile
+        input_ids = input_ids.clone(memory_format=torch.contiguous_format)
+        slots = torch.tensor([past], device=input_ids.device)
+        logits = step(input_ids, positions, keep, cache.keys, cache.values, slots)
+        cache.advance(1)
+        return ModelOutput(logits=logits)
 
     @property
     def dtype(self) -> torch.dtype:

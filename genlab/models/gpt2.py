@@ -27,16 +27,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput
+from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
 from genlab.models.llama import (
     _keep_mask,
     additive_mask,
     check_forward_inputs,
     check_positions,
+    head_logits,
     row_blocks,
     sdpa_keep_mask,
     split_matmul,
     split_weight,
+    static_keep_mask,
 )
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -315,18 +317,33 @@ class GPT2Decoder(BuiltinDecoder):
         else:
             kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
             kept = F.layer_norm(kept, (s.hidden_size,), w, b, s.layer_norm_eps)
-        rows, n_kept = kept.shape[:2]
-        logits = split_matmul(kept.reshape(rows * n_kept, -1), self.head)
-        logits = logits.view(rows, n_kept, -1)  # (rows, kept, vocab)
-        if logits.dtype != torch.float32:
-            logits = logits.float()
         return ModelOutput(
-            logits=logits,
+            logits=head_logits(kept, self.head),
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if attentions is not None else None,
         )
 
     __call__ = forward
+
+    # ---- the fixed-shape decoding step (static cache, torch.compile; see base.py) ---------
+
+    def _fixed_inputs(self, input_ids, attention_mask, position_ids, cache):
+        s = self.settings
+        _, attention_mask, position_ids = check_forward_inputs(
+            self.name, input_ids, attention_mask, position_ids, cache, 1, s.vocab_size,
+            s.num_layers,
+        )  # fmt: skip
+        check_positions(self.name, position_ids, s.max_positions)
+        positions = F.embedding(position_ids, self.wpe)
+        return positions, static_keep_mask(attention_mask, cache.capacity)
+
+    def _fixed_step(self, input_ids, positions, keep, keys, values, slots):
+        writer = SlotWriter(keys, values, slots)
+        h = self.embed_tokens(input_ids) + positions
+        for i, block in enumerate(self.layers):
+            h, _ = self._block(i, block, h, keep, False, writer, 0, None)
+        s, (w, b) = self.settings, self.ln_f
+        return head_logits(F.layer_norm(h, (s.hidden_size,), w, b, s.layer_norm_eps), self.head)
 
     def _block(self, index, block, h, mask, is_causal, cache, past, attentions):
         s = self.settings

@@ -14,6 +14,7 @@ encoder_attention_mask=...)`` runs one decoder step against it (the new tokens a
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -42,11 +43,24 @@ def is_transformers_model(obj: Any) -> bool:
     )
 
 
+def _reference_compile_config(compile_config):
+    """genlab's CompileConfig as transformers' own (which get_compiled_call compares)."""
+    from transformers import CompileConfig
+
+    ours = CompileConfig(**compile_config.to_dict())
+    ours._compile_all_devices = compile_config._compile_all_devices
+    return ours
+
+
 class HFCache:
     """A transformers ``Cache`` seen through genlab's cache protocol."""
 
     def __init__(self, inner):
         self.inner = inner
+
+    @property
+    def is_compileable(self) -> bool:
+        return bool(getattr(self.inner, "is_compileable", False))
 
     def length(self) -> int:
         return int(self.inner.get_seq_length())
@@ -203,6 +217,12 @@ class HFModel:
         text = self.hf.config.get_text_config(decoder=True)
         return HFCache(StaticCache(config=text, max_cache_len=max_cache_len))
 
+    def compiled_forward(self, compile_config) -> Any:
+        """``forward`` through transformers' own compiled call (``get_compiled_call``, as
+        the reference's decoding steps use it with a static cache); see genlab/caches.py."""
+        reference_config = _reference_compile_config(compile_config)
+        return functools.partial(self.forward, _call=self.hf.get_compiled_call(reference_config))
+
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -213,6 +233,7 @@ class HFModel:
         logits_to_keep: int = 1,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        _call: Any = None,
         **extra,
     ) -> ModelOutput:
         if self.info.is_encoder_decoder:
@@ -244,8 +265,10 @@ class HFModel:
             kwargs["output_attentions"] = True
         if output_hidden_states:
             kwargs["output_hidden_states"] = True
+        if cache.is_compileable and attention_mask.dim() == 2:
+            kwargs["attention_mask"] = self._fixed_shape_mask(attention_mask, cache, past, n)
         kwargs.update(extra)
-        out = self.hf(**kwargs, return_dict=True)
+        out = (_call or self.hf)(**kwargs, return_dict=True)
         logits = out.logits
         if logits_to_keep and logits.shape[1] > logits_to_keep:
             logits = logits[:, -logits_to_keep:]
@@ -254,6 +277,33 @@ class HFModel:
             hidden_states=getattr(out, "hidden_states", None),
             attentions=getattr(out, "attentions", None),
         )
+
+    def _fixed_shape_mask(self, attention_mask, cache: HFCache, past: int, new_len: int):
+        """The mask the reference gives a model whose cache is compileable (static): built
+        by the model's own mask function over the whole cache, so that every decoding step
+        has the same shapes."""
+        from transformers.masking_utils import create_masks_for_generate
+
+        hf = self.hf
+        rows = attention_mask.shape[0]
+        cache_position = torch.arange(past, past + new_len, device=attention_mask.device)
+        base = getattr(hf, hf.base_model_prefix, hf)
+        decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+        name = "_prepare_4d_causal_attention_mask_with_cache_position"
+        legacy = getattr(base, name, None) or getattr(decoder, name, None)
+        if legacy is not None:
+            return legacy(
+                attention_mask, sequence_length=new_len,
+                target_length=cache.inner.get_max_cache_shape(), dtype=hf.dtype,
+                cache_position=cache_position, batch_size=rows, config=hf.config,
+                past_key_values=cache.inner,
+            )  # fmt: skip
+        make = getattr(hf, "create_masks_for_generate", create_masks_for_generate)
+        return make(
+            config=hf.config, input_embeds=torch.empty((rows, new_len), dtype=hf.dtype),
+            attention_mask=attention_mask, cache_position=cache_position,
+            past_key_values=cache.inner, position_ids=None, token_type_ids=None,
+        )  # fmt: skip
 
     def _decoder_step(
         self,

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput
+from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -393,6 +393,14 @@ def split_matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None
     return y.permute(2, 0, 1).contiguous().view(m, parts * width)
 
 
+def head_logits(kept: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+    """Normed hidden states (rows, kept, hidden) through the vocabulary head (split_weight
+    form) -> float32 logits (rows, kept, vocab)."""
+    rows, n_kept = kept.shape[:2]
+    logits = split_matmul(kept.reshape(rows * n_kept, -1), head).view(rows, n_kept, -1)
+    return logits if logits.dtype == torch.float32 else logits.float()
+
+
 # --------------------------------------------------------------------------------------------
 # Input checks and attention masks (shared with gpt2.py)
 # --------------------------------------------------------------------------------------------
@@ -531,6 +539,23 @@ def _keep_mask(
     if sliding_window is not None:
         keep = keep & (key_pos > query_pos - sliding_window)
     return keep[None, None] & attention_mask[:, None, None, :].bool()
+
+
+def static_keep_mask(
+    attention_mask: torch.Tensor, capacity: int, sliding_window: int | None = None
+) -> torch.Tensor:
+    """Keep mask of one new token over a whole static cache: (rows, 1, 1, capacity) bool.
+
+    attention_mask (rows, total) covers the positions written so far, the new one last; the
+    positions beyond it (not written yet, or stale after a rewind) are never attended, nor
+    (with a sliding window) those ``sliding_window`` or more positions back.
+    """
+    rows, total = attention_mask.shape
+    keep = attention_mask.new_zeros(rows, capacity, dtype=torch.bool)
+    keep[:, :total] = attention_mask.bool()
+    if sliding_window is not None and total > sliding_window:
+        keep[:, : total - sliding_window] = False
+    return keep[:, None, None, :]
 
 
 def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -727,18 +752,33 @@ class LlamaDecoder(BuiltinDecoder):
         else:
             kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
             kept = F.rms_norm(kept, (s.hidden_size,), self.norm, s.rms_norm_eps)
-        rows, n_kept = kept.shape[:2]
-        logits = split_matmul(kept.reshape(rows * n_kept, -1), self.head)
-        logits = logits.view(rows, n_kept, -1)  # (rows, kept, vocab)
-        if logits.dtype != torch.float32:
-            logits = logits.float()
         return ModelOutput(
-            logits=logits,
+            logits=head_logits(kept, self.head),
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if attentions is not None else None,
         )
 
     __call__ = forward
+
+    # ---- the fixed-shape decoding step (static cache, torch.compile; see base.py) ---------
+
+    def _fixed_inputs(self, input_ids, attention_mask, position_ids, cache):
+        s = self.settings
+        _, attention_mask, position_ids = check_forward_inputs(
+            self.name, input_ids, attention_mask, position_ids, cache, 1, s.vocab_size,
+            s.num_layers,
+        )  # fmt: skip
+        max_position = check_positions(self.name, position_ids, None)
+        rotation = self.rope.lookup(position_ids, max_position)
+        return rotation, static_keep_mask(attention_mask, cache.capacity, s.sliding_window)
+
+    def _fixed_step(self, input_ids, rotation, keep, keys, values, slots):
+        writer = SlotWriter(keys, values, slots)
+        h = self.embed_tokens(input_ids)
+        for i, layer in enumerate(self.layers):
+            h, _ = self._layer(i, layer, h, rotation, keep, False, writer, None)
+        s = self.settings
+        return head_logits(F.rms_norm(h, (s.hidden_size,), self.norm, s.rms_norm_eps), self.head)
 
     # ---- one layer -------------------------------------------------------------------------
 
