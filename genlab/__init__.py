@@ -25,6 +25,7 @@ _LAZY = {
     "LM": ("lm", "LM"),
     "GenerationResult": ("lm", "GenerationResult"),
     "GenerationConfig": ("config", "GenerationConfig"),
+    "CompileConfig": ("config", "CompileConfig"),
     "WatermarkingConfig": ("config", "WatermarkingConfig"),
     "SynthIDTextWatermarkingConfig": ("config", "SynthIDTextWatermarkingConfig"),
     "GenerationMode": ("config", "GenerationMode"),
