@@ -296,9 +296,13 @@ class RotaryTable:
     The decoder stores each head's q/k dimensions interleaved (``interleave_rope_rows``), so
     that the pairs RoPE rotates together, (j, j + head_dim/2) in transformers' layout, sit side
     by side; rotating them is then one complex multiplication (:func:`apply_rotary`).
+
+    The table starts at ``initial_length`` positions (or the first request) and doubles when a
+    position beyond it is asked for, so that it holds no more than twice the positions used
+    (a 4096-position table of head_dim 64 would be 1 MB, its construction three times that).
     """
 
-    def __init__(self, inv_freq: torch.Tensor, initial_length: int = 4096):
+    def __init__(self, inv_freq: torch.Tensor, initial_length: int = 64):
         self.inv_freq = inv_freq  # (head_dim // 2,) float32
         self.initial_length = initial_length
         self.table = torch.empty(0, dtype=torch.complex64)  # (length, head_dim // 2)
@@ -311,7 +315,9 @@ class RotaryTable:
     def lookup(self, position_ids: torch.Tensor, max_position: int) -> torch.Tensor:
         """position_ids (rows, new) -> rotations (rows, new, 1, head_dim // 2) complex64."""
         if max_position >= self.table.shape[0]:
-            length = max(self.initial_length, 2 * self.table.shape[0], max_position + 1)
+            length = max(self.initial_length, 2 * self.table.shape[0], 1)
+            while length <= max_position:
+                length *= 2
             self._build(length, position_ids.device)
         return self.table[position_ids].unsqueeze(2)
 
@@ -327,6 +333,22 @@ def interleave_rope_rows(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.unflatten(0, (heads, 2, half)).transpose(1, 2).flatten(0, 2).contiguous()
 
 
+def rope_row_order(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """:func:`interleave_rope_rows` as a view (rows unflattened: (heads, d/2, 2, ...))."""
+    half = weight.shape[0] // heads // 2
+    return weight.unflatten(0, (heads, 2, half)).transpose(1, 2)
+
+
+def stack_rows(parts: list[torch.Tensor], column_scale: torch.Tensor) -> torch.Tensor:
+    """``torch.cat([p.flatten(0, -2) ...]) * column_scale`` written straight into one new
+    (rows, in) tensor: no intermediate copies (each part may be any view of rows x in)."""
+    rows = [math.prod(p.shape[:-1]) for p in parts]
+    out = torch.empty(sum(rows), parts[0].shape[-1], dtype=parts[0].dtype, device=parts[0].device)
+    for part, block in zip(parts, out.split(rows)):
+        torch.mul(part, column_scale, out=block.view(part.shape))
+    return out
+
+
 def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """Rotate x (rows, new, heads, head_dim), dims interleaved, by rotation (rows, new, 1, d/2).
 
@@ -337,6 +359,17 @@ def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
         return apply_rotary(x.float(), rotation).to(x.dtype)
     pairs = torch.view_as_complex(x.unflatten(-1, (-1, 2)))  # (rows, new, heads, d/2)
     return torch.view_as_real(pairs * rotation).flatten(-2)
+
+
+def apply_rotary_(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_rotary` in place (x may be a view whose last axis is contiguous); returns x.
+
+    One kernel and no new tensor when x is float32.
+    """
+    if x.dtype != torch.float32:
+        return x.copy_(apply_rotary(x, rotation))
+    torch.view_as_complex(x.unflatten(-1, (-1, 2))).mul_(rotation)
+    return x
 
 
 # --------------------------------------------------------------------------------------------
@@ -641,8 +674,14 @@ class LlamaDecoder(BuiltinDecoder):
             # RMSNorm weights folded into the columns of the projections that follow them
             attn_norm = get(p + "input_layernorm.weight")
             mlp_norm = get(p + "post_attention_layernorm.weight")
-            q = interleave_rope_rows(get(a + "q_proj.weight"), nh)
-            k = interleave_rope_rows(get(a + "k_proj.weight"), nkv)
+            qkv = stack_rows(  # q and k rows interleaved for RoPE
+                [
+                    rope_row_order(get(a + "q_proj.weight"), nh),
+                    rope_row_order(get(a + "k_proj.weight"), nkv),
+                    get(a + "v_proj.weight"),
+                ],
+                attn_norm,
+            )
             qkv_bias = None
             if settings.qkv_bias:
                 qkv_bias = torch.cat([
@@ -650,17 +689,17 @@ class LlamaDecoder(BuiltinDecoder):
                     interleave_rope_rows(get(a + "k_proj.bias"), nkv),
                     get(a + "v_proj.bias"),
                 ])  # fmt: skip
-            gate_up = torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")])
+            gate_up = stack_rows([get(m + "gate_proj.weight"), get(m + "up_proj.weight")], mlp_norm)
             gate_up_bias = None
             if settings.mlp_bias:
                 gate_up_bias = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")])
             layers.append(
                 LlamaLayer(
-                    qkv=split(torch.cat([q, k, get(a + "v_proj.weight")]) * attn_norm),
+                    qkv=split(qkv),
                     qkv_bias=qkv_bias,
                     o=split(get(a + "o_proj.weight")),
                     o_bias=maybe(a + "o_proj.bias"),
-                    gate_up=split(gate_up * mlp_norm),
+                    gate_up=split(gate_up),
                     gate_up_bias=gate_up_bias,
                     down=split(get(m + "down_proj.weight")),
                     down_bias=maybe(m + "down_proj.bias"),
@@ -753,42 +792,43 @@ class LlamaDecoder(BuiltinDecoder):
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
         h = h.view(rows * new_len, hidden)
 
-        # attention: one matmul for q, k and v; RoPE on q and k together
+        # attention: one matmul for q, k and v; RoPE on q and k together, in place
         x = h * self._inverse_rms(h)  # RMSNorm; its weight is folded into the qkv matrix
-        qkv = split_matmul(x, layer.qkv)  # (rows * new, (nh + 2 * nkv) * d)
+        qkv = split_matmul(x, layer.qkv)  # (rows * new, (nh + 2 * nkv) * d), a new tensor
         if layer.qkv_bias is not None:
-            qkv = qkv + layer.qkv_bias
+            qkv += layer.qkv_bias
         qkv = qkv.view(rows, new_len, nh + 2 * nkv, d)
-        qk = apply_rotary(qkv[:, :, : nh + nkv], rotation)  # (rows, new, nh + nkv, d)
-        q = qk[:, :, :nh].transpose(1, 2)  # (rows, nh, new, d)
-        k = qk[:, :, nh:].transpose(1, 2)  # (rows, nkv, new, d)
-        v = qkv[:, :, nh + nkv :].transpose(1, 2)  # (rows, nkv, new, d)
+        apply_rotary_(qkv[:, :, : nh + nkv], rotation)
+        q = qkv[:, :, :nh]  # (rows, new, nh, d)
+        k = qkv[:, :, nh : nh + nkv].transpose(1, 2)  # (rows, nkv, new, d)
+        v = qkv[:, :, nh + nkv :].transpose(1, 2)
         if cache is not None:
             k, v = cache.append(index, k, v)  # (rows, nkv, past + new, d)
-        if attentions is None:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale,
-                enable_gqa=nkv != nh,
-            )  # fmt: skip
-            weights = None
+        weights = None
+        if attentions is not None:
+            out, weights = explicit_attention(q.transpose(1, 2), k, v, mask, self.scale)
+            out = out.transpose(1, 2)
         else:
-            out, weights = explicit_attention(q, k, v, mask, self.scale)
-        out = out.transpose(1, 2).reshape(rows * new_len, nh * d)
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale,
+                enable_gqa=nkv != nh,
+            ).transpose(1, 2)  # fmt: skip
+        out = out.reshape(rows * new_len, nh * d)
 
         # output projection with the residual added in the same product
         h = split_matmul(out, layer.o, add=h)
         if layer.o_bias is not None:
-            h = h + layer.o_bias
+            h += layer.o_bias
 
         # gated MLP: one matmul for gate and up
         x = h * self._inverse_rms(h)  # weight folded into the gate_up matrix
-        gate_up = split_matmul(x, layer.gate_up)
+        gate_up = split_matmul(x, layer.gate_up)  # a new tensor
         if layer.gate_up_bias is not None:
-            gate_up = gate_up + layer.gate_up_bias
+            gate_up += layer.gate_up_bias
         gate, up = gate_up.chunk(2, dim=-1)
-        h = split_matmul(F.silu(gate) * up, layer.down, add=h)
+        h = split_matmul(F.silu(gate).mul_(up), layer.down, add=h)
         if layer.down_bias is not None:
-            h = h + layer.down_bias
+            h += layer.down_bias
         return h.view(rows, new_len, hidden), weights
 
 
