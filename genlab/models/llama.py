@@ -8,10 +8,11 @@ One decoder layer, top to bottom::
 The weights are plain tensors (no ``nn.Module``), laid out for a lean decoding step:
 
 * q/k/v are stacked into one matrix and gate/up into another (two matrix products where the
-  reference runs five), and each RMSNorm weight is folded into the columns of the matrix that
-  follows it, so a norm costs one reduction and one multiply;
+  reference runs five), and each RMSNorm weight (times sqrt(hidden)) is folded into the
+  columns of the matrix that follows it, so a norm costs a reduction, a hypot of one number
+  per row and a division;
 * within each head, q/k rows are reordered so that the pairs RoPE rotates together are
-  adjacent: RoPE is then one complex multiplication by a precomputed table. Attention
+  adjacent: RoPE is then one in-place complex multiplication by a table. Attention
   scores do not change (q and k share the order); keys in the cache are stored that way;
 * every matrix (the vocabulary head too) is used as blocks of rows, one per thread
   (:func:`split_weight`, a view): a one-token step then reads the weights on every core at
@@ -583,9 +584,10 @@ class LlamaLayer:
 
     Matrices are in :func:`split_weight` form (parts, out // parts, in):
     qkv: out = q_out + 2 * kv_out, q and k rows interleaved for RoPE, columns scaled by the
-    input RMSNorm weight; o: in = q_out, out = hidden; gate_up: out = 2 * intermediate
-    (gate then up), columns scaled by the post-attention RMSNorm weight; down: in =
-    intermediate, out = hidden. Biases are plain vectors (or None).
+    input RMSNorm weight times sqrt(hidden) (see ``LlamaDecoder._rms_divisor``); o: in =
+    q_out, out = hidden; gate_up: out = 2 * intermediate (gate then up), columns scaled by
+    the post-attention RMSNorm weight times sqrt(hidden); down: in = intermediate, out =
+    hidden. Biases are plain vectors (or None).
     """
 
     __slots__ = (
@@ -629,7 +631,8 @@ class LlamaDecoder(BuiltinDecoder):
         self.head = head  # (parts, vocab // parts, hidden), see split_weight; embed's when tied
         self.rope = RotaryTable(rope_inverse_frequencies(settings))
         self.scale = settings.head_dim**-0.5
-        self.eps = torch.tensor(settings.rms_norm_eps, dtype=head.dtype, device=head.device)
+        floor = math.sqrt(settings.hidden_size * settings.rms_norm_eps)  # see _rms_divisor
+        self.norm_floor = torch.tensor(floor, dtype=head.dtype, device=head.device)
 
     def __repr__(self) -> str:
         s = self.settings
@@ -667,13 +670,15 @@ class LlamaDecoder(BuiltinDecoder):
             return split_weight(weight, row_blocks(weight.shape[0], target))
 
         nh, nkv = settings.num_heads, settings.num_kv_heads
+        norm_scale = math.sqrt(settings.hidden_size)
         layers = []
         for i in range(settings.num_layers):
             p = f"model.layers.{i}."
             a, m = p + "self_attn.", p + "mlp."
-            # RMSNorm weights folded into the columns of the projections that follow them
-            attn_norm = get(p + "input_layernorm.weight")
-            mlp_norm = get(p + "post_attention_layernorm.weight")
+            # RMSNorm weights (times sqrt(hidden), see _rms_divisor) folded into the columns
+            # of the projections that follow them
+            attn_norm = get(p + "input_layernorm.weight") * norm_scale
+            mlp_norm = get(p + "post_attention_layernorm.weight") * norm_scale
             qkv = stack_rows(  # q and k rows interleaved for RoPE
                 [
                     rope_row_order(get(a + "q_proj.weight"), nh),
@@ -781,10 +786,14 @@ class LlamaDecoder(BuiltinDecoder):
 
     # ---- one layer -------------------------------------------------------------------------
 
-    def _inverse_rms(self, h: torch.Tensor) -> torch.Tensor:
-        """1 / sqrt(mean(h**2) + eps) over the last axis: (..., hidden) -> (..., 1)."""
-        norm = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
-        return torch.addcmul(self.eps, norm, norm, value=1.0 / h.shape[-1]).rsqrt_()
+    def _rms_divisor(self, h: torch.Tensor) -> torch.Tensor:
+        """sqrt(sum(h**2) + hidden * eps) over the last axis: (..., hidden) -> (..., 1).
+
+        That is sqrt(hidden) * RMS(h); the sqrt(hidden) is folded into the matrices that take
+        the normed input (with the norm weights), so ``h / divisor`` is the RMSNorm in
+        three kernels (a norm, hypot, the division).
+        """
+        return torch.hypot(torch.linalg.vector_norm(h, dim=-1, keepdim=True), self.norm_floor)
 
     def _layer(self, index, layer, h, rotation, mask, is_causal, cache, attentions):
         s = self.settings
@@ -793,7 +802,7 @@ class LlamaDecoder(BuiltinDecoder):
         h = h.view(rows * new_len, hidden)
 
         # attention: one matmul for q, k and v; RoPE on q and k together, in place
-        x = h * self._inverse_rms(h)  # RMSNorm; its weight is folded into the qkv matrix
+        x = h / self._rms_divisor(h)  # RMSNorm; its weight is folded into the qkv matrix
         qkv = split_matmul(x, layer.qkv)  # (rows * new, (nh + 2 * nkv) * d), a new tensor
         if layer.qkv_bias is not None:
             qkv += layer.qkv_bias
@@ -821,7 +830,7 @@ class LlamaDecoder(BuiltinDecoder):
             h += layer.o_bias
 
         # gated MLP: one matmul for gate and up
-        x = h * self._inverse_rms(h)  # weight folded into the gate_up matrix
+        x = h / self._rms_divisor(h)  # weight folded into the gate_up matrix
         gate_up = split_matmul(x, layer.gate_up)  # a new tensor
         if layer.gate_up_bias is not None:
             gate_up += layer.gate_up_bias
