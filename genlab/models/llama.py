@@ -8,10 +8,11 @@ One decoder layer, top to bottom::
 The weights are plain tensors (no ``nn.Module``), laid out for a lean decoding step:
 
 * q/k/v are stacked into one matrix and gate/up into another (two matrix products where the
-  reference runs five), and each RMSNorm weight is folded into the columns of the matrix that
-  follows it, so a norm costs one reduction and one multiply;
+  reference runs five), and each RMSNorm weight (times sqrt(hidden)) is folded into the
+  columns of the matrix that follows it, so a norm costs a reduction, a hypot of one number
+  per row and a division;
 * within each head, q/k rows are reordered so that the pairs RoPE rotates together are
-  adjacent: RoPE is then one complex multiplication by a precomputed table. Attention
+  adjacent: RoPE is then one in-place complex multiplication by a table. Attention
   scores do not change (q and k share the order); keys in the cache are stored that way;
 * every matrix (the vocabulary head too) is used as blocks of rows, one per thread
   (:func:`split_weight`, a view): a one-token step then reads the weights on every core at
@@ -296,9 +297,13 @@ class RotaryTable:
     The decoder stores each head's q/k dimensions interleaved (``interleave_rope_rows``), so
     that the pairs RoPE rotates together, (j, j + head_dim/2) in transformers' layout, sit side
     by side; rotating them is then one complex multiplication (:func:`apply_rotary`).
+
+    The table starts at ``initial_length`` positions (or the first request) and doubles when a
+    position beyond it is asked for, so that it holds no more than twice the positions used
+    (a 4096-position table of head_dim 64 would be 1 MB, its construction three times that).
     """
 
-    def __init__(self, inv_freq: torch.Tensor, initial_length: int = 4096):
+    def __init__(self, inv_freq: torch.Tensor, initial_length: int = 64):
         self.inv_freq = inv_freq  # (head_dim // 2,) float32
         self.initial_length = initial_length
         self.table = torch.empty(0, dtype=torch.complex64)  # (length, head_dim // 2)
@@ -311,7 +316,9 @@ class RotaryTable:
     def lookup(self, position_ids: torch.Tensor, max_position: int) -> torch.Tensor:
         """position_ids (rows, new) -> rotations (rows, new, 1, head_dim // 2) complex64."""
         if max_position >= self.table.shape[0]:
-            length = max(self.initial_length, 2 * self.table.shape[0], max_position + 1)
+            length = max(self.initial_length, 2 * self.table.shape[0], 1)
+            while length <= max_position:
+                length *= 2
             self._build(length, position_ids.device)
         return self.table[position_ids].unsqueeze(2)
 
@@ -327,6 +334,22 @@ def interleave_rope_rows(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.unflatten(0, (heads, 2, half)).transpose(1, 2).flatten(0, 2).contiguous()
 
 
+def rope_row_order(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """:func:`interleave_rope_rows` as a view (rows unflattened: (heads, d/2, 2, ...))."""
+    half = weight.shape[0] // heads // 2
+    return weight.unflatten(0, (heads, 2, half)).transpose(1, 2)
+
+
+def stack_rows(parts: list[torch.Tensor], column_scale: torch.Tensor) -> torch.Tensor:
+    """``torch.cat([p.flatten(0, -2) ...]) * column_scale`` written straight into one new
+    (rows, in) tensor: no intermediate copies (each part may be any view of rows x in)."""
+    rows = [math.prod(p.shape[:-1]) for p in parts]
+    out = torch.empty(sum(rows), parts[0].shape[-1], dtype=parts[0].dtype, device=parts[0].device)
+    for part, block in zip(parts, out.split(rows)):
+        torch.mul(part, column_scale, out=block.view(part.shape))
+    return out
+
+
 def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """Rotate x (rows, new, heads, head_dim), dims interleaved, by rotation (rows, new, 1, d/2).
 
@@ -337,6 +360,17 @@ def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
         return apply_rotary(x.float(), rotation).to(x.dtype)
     pairs = torch.view_as_complex(x.unflatten(-1, (-1, 2)))  # (rows, new, heads, d/2)
     return torch.view_as_real(pairs * rotation).flatten(-2)
+
+
+def apply_rotary_(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_rotary` in place (x may be a view whose last axis is contiguous); returns x.
+
+    One kernel and no new tensor when x is float32.
+    """
+    if x.dtype != torch.float32:
+        return x.copy_(apply_rotary(x, rotation))
+    torch.view_as_complex(x.unflatten(-1, (-1, 2))).mul_(rotation)
+    return x
 
 
 # --------------------------------------------------------------------------------------------
@@ -575,9 +609,10 @@ class LlamaLayer:
 
     Matrices are in :func:`split_weight` form (parts, out // parts, in):
     qkv: out = q_out + 2 * kv_out, q and k rows interleaved for RoPE, columns scaled by the
-    input RMSNorm weight; o: in = q_out, out = hidden; gate_up: out = 2 * intermediate
-    (gate then up), columns scaled by the post-attention RMSNorm weight; down: in =
-    intermediate, out = hidden. Biases are plain vectors (or None).
+    input RMSNorm weight times sqrt(hidden) (see ``LlamaDecoder._rms_divisor``); o: in =
+    q_out, out = hidden; gate_up: out = 2 * intermediate (gate then up), columns scaled by
+    the post-attention RMSNorm weight times sqrt(hidden); down: in = intermediate, out =
+    hidden. Biases are plain vectors (or None).
     """
 
     __slots__ = (
@@ -621,7 +656,8 @@ class LlamaDecoder(BuiltinDecoder):
         self.head = head  # (parts, vocab // parts, hidden), see split_weight; embed's when tied
         self.rope = RotaryTable(rope_inverse_frequencies(settings))
         self.scale = settings.head_dim**-0.5
-        self.eps = torch.tensor(settings.rms_norm_eps, dtype=head.dtype, device=head.device)
+        floor = math.sqrt(settings.hidden_size * settings.rms_norm_eps)  # see _rms_divisor
+        self.norm_floor = torch.tensor(floor, dtype=head.dtype, device=head.device)
 
     def __repr__(self) -> str:
         s = self.settings
@@ -659,15 +695,23 @@ class LlamaDecoder(BuiltinDecoder):
             return split_weight(weight, row_blocks(weight.shape[0], target))
 
         nh, nkv = settings.num_heads, settings.num_kv_heads
+        norm_scale = math.sqrt(settings.hidden_size)
         layers = []
         for i in range(settings.num_layers):
             p = f"model.layers.{i}."
             a, m = p + "self_attn.", p + "mlp."
-            # RMSNorm weights folded into the columns of the projections that follow them
-            attn_norm = get(p + "input_layernorm.weight")
-            mlp_norm = get(p + "post_attention_layernorm.weight")
-            q = interleave_rope_rows(get(a + "q_proj.weight"), nh)
-            k = interleave_rope_rows(get(a + "k_proj.weight"), nkv)
+            # RMSNorm weights (times sqrt(hidden), see _rms_divisor) folded into the columns
+            # of the projections that follow them
+            attn_norm = get(p + "input_layernorm.weight") * norm_scale
+            mlp_norm = get(p + "post_attention_layernorm.weight") * norm_scale
+            qkv = stack_rows(  # q and k rows interleaved for RoPE
+                [
+                    rope_row_order(get(a + "q_proj.weight"), nh),
+                    rope_row_order(get(a + "k_proj.weight"), nkv),
+                    get(a + "v_proj.weight"),
+                ],
+                attn_norm,
+            )
             qkv_bias = None
             if settings.qkv_bias:
                 qkv_bias = torch.cat([
@@ -675,17 +719,17 @@ class LlamaDecoder(BuiltinDecoder):
                     interleave_rope_rows(get(a + "k_proj.bias"), nkv),
                     get(a + "v_proj.bias"),
                 ])  # fmt: skip
-            gate_up = torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")])
+            gate_up = stack_rows([get(m + "gate_proj.weight"), get(m + "up_proj.weight")], mlp_norm)
             gate_up_bias = None
             if settings.mlp_bias:
                 gate_up_bias = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")])
             layers.append(
                 LlamaLayer(
-                    qkv=split(torch.cat([q, k, get(a + "v_proj.weight")]) * attn_norm),
+                    qkv=split(qkv),
                     qkv_bias=qkv_bias,
                     o=split(get(a + "o_proj.weight")),
                     o_bias=maybe(a + "o_proj.bias"),
-                    gate_up=split(gate_up * mlp_norm),
+                    gate_up=split(gate_up),
                     gate_up_bias=gate_up_bias,
                     down=split(get(m + "down_proj.weight")),
                     down_bias=maybe(m + "down_proj.bias"),
@@ -782,10 +826,14 @@ class LlamaDecoder(BuiltinDecoder):
 
     # ---- one layer -------------------------------------------------------------------------
 
-    def _inverse_rms(self, h: torch.Tensor) -> torch.Tensor:
-        """1 / sqrt(mean(h**2) + eps) over the last axis: (..., hidden) -> (..., 1)."""
-        norm = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
-        return torch.addcmul(self.eps, norm, norm, value=1.0 / h.shape[-1]).rsqrt_()
+    def _rms_divisor(self, h: torch.Tensor) -> torch.Tensor:
+        """sqrt(sum(h**2) + hidden * eps) over the last axis: (..., hidden) -> (..., 1).
+
+        That is sqrt(hidden) * RMS(h); the sqrt(hidden) is folded into the matrices that take
+        the normed input (with the norm weights), so ``h / divisor`` is the RMSNorm in
+        three kernels (a norm, hypot, the division).
+        """
+        return torch.hypot(torch.linalg.vector_norm(h, dim=-1, keepdim=True), self.norm_floor)
 
     def _layer(self, index, layer, h, rotation, mask, is_causal, cache, attentions):
         s = self.settings
@@ -793,42 +841,43 @@ class LlamaDecoder(BuiltinDecoder):
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
         h = h.view(rows * new_len, hidden)
 
-        # attention: one matmul for q, k and v; RoPE on q and k together
-        x = h * self._inverse_rms(h)  # RMSNorm; its weight is folded into the qkv matrix
-        qkv = split_matmul(x, layer.qkv)  # (rows * new, (nh + 2 * nkv) * d)
+        # attention: one matmul for q, k and v; RoPE on q and k together, in place
+        x = h / self._rms_divisor(h)  # RMSNorm; its weight is folded into the qkv matrix
+        qkv = split_matmul(x, layer.qkv)  # (rows * new, (nh + 2 * nkv) * d), a new tensor
         if layer.qkv_bias is not None:
-            qkv = qkv + layer.qkv_bias
+            qkv += layer.qkv_bias
         qkv = qkv.view(rows, new_len, nh + 2 * nkv, d)
-        qk = apply_rotary(qkv[:, :, : nh + nkv], rotation)  # (rows, new, nh + nkv, d)
-        q = qk[:, :, :nh].transpose(1, 2)  # (rows, nh, new, d)
-        k = qk[:, :, nh:].transpose(1, 2)  # (rows, nkv, new, d)
-        v = qkv[:, :, nh + nkv :].transpose(1, 2)  # (rows, nkv, new, d)
+        apply_rotary_(qkv[:, :, : nh + nkv], rotation)
+        q = qkv[:, :, :nh]  # (rows, new, nh, d)
+        k = qkv[:, :, nh : nh + nkv].transpose(1, 2)  # (rows, nkv, new, d)
+        v = qkv[:, :, nh + nkv :].transpose(1, 2)
         if cache is not None:
             k, v = cache.append(index, k, v)  # (rows, nkv, past + new, d)
-        if attentions is None:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale,
-                enable_gqa=nkv != nh,
-            )  # fmt: skip
-            weights = None
+        weights = None
+        if attentions is not None:
+            out, weights = explicit_attention(q.transpose(1, 2), k, v, mask, self.scale)
+            out = out.transpose(1, 2)
         else:
-            out, weights = explicit_attention(q, k, v, mask, self.scale)
-        out = out.transpose(1, 2).reshape(rows * new_len, nh * d)
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale,
+                enable_gqa=nkv != nh,
+            ).transpose(1, 2)  # fmt: skip
+        out = out.reshape(rows * new_len, nh * d)
 
         # output projection with the residual added in the same product
         h = split_matmul(out, layer.o, add=h)
         if layer.o_bias is not None:
-            h = h + layer.o_bias
+            h += layer.o_bias
 
         # gated MLP: one matmul for gate and up
-        x = h * self._inverse_rms(h)  # weight folded into the gate_up matrix
-        gate_up = split_matmul(x, layer.gate_up)
+        x = h / self._rms_divisor(h)  # weight folded into the gate_up matrix
+        gate_up = split_matmul(x, layer.gate_up)  # a new tensor
         if layer.gate_up_bias is not None:
-            gate_up = gate_up + layer.gate_up_bias
+            gate_up += layer.gate_up_bias
         gate, up = gate_up.chunk(2, dim=-1)
-        h = split_matmul(F.silu(gate) * up, layer.down, add=h)
+        h = split_matmul(F.silu(gate).mul_(up), layer.down, add=h)
         if layer.down_bias is not None:
-            h = h + layer.down_bias
+            h += layer.down_bias
         return h.view(rows, new_len, hidden), weights
 
 
