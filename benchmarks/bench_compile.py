@@ -33,8 +33,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import genlab  # noqa: E402
 from bench_generate import demo_model, timed  # noqa: E402
+
+import genlab  # noqa: E402
 from genlab.config import CompileConfig  # noqa: E402
 from genlab.models.architectures import build_decoder  # noqa: E402
 
