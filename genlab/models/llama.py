@@ -365,8 +365,16 @@ def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
 def apply_rotary_(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """:func:`apply_rotary` in place (x may be a view whose last axis is contiguous); returns x.
 
-    One kernel and no new tensor when x is float32.
+    One kernel and no new tensor when x is float32. ``rotation`` may also be given as real
+    pairs (``torch.view_as_real`` of the complex table, (..., d/2, 2)): the compiled decoding
+    step takes that form, since inductor generates no code for complex arithmetic.
     """
+    if not rotation.is_complex():
+        pairs = x.unflatten(-1, (-1, 2)).float()
+        re, im = pairs.unbind(-1)
+        cos, sin = rotation.unbind(-1)
+        turned = torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1)
+        return x.copy_(turned.flatten(-2))
     if x.dtype != torch.float32:
         return x.copy_(apply_rotary(x, rotation))
     torch.view_as_complex(x.unflatten(-1, (-1, 2))).mul_(rotation)
@@ -407,7 +415,17 @@ def split_matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None
     x (m, in); weight (parts, out // parts, in); add (m, out) or None -> (m, out). Up to
     ``SPLIT_ROWS`` rows (decoding, beams) the blocks run as a batched product; for more rows
     (a prompt) the product is compute-bound and torch's matrix product is faster.
+
+    Under ``torch.compile`` it is the operator ``genlab::split_matmul``, opaque to the
+    compiler: inductor (CPU) would rewrite the one-column batched product as a multiply and
+    a sum, or copy the shared column into a layout BLAS is slow on.
     """
+    if torch.compiler.is_compiling():
+        return torch.ops.genlab.split_matmul(x, weight, add)
+    return _split_matmul(x, weight, add)
+
+
+def _split_matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None):
     parts, width, in_features = weight.shape
     m = x.shape[0]
     if m > SPLIT_ROWS:
@@ -416,15 +434,26 @@ def split_matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None
     # x as columns, shared by every block: (parts, in, m), strides (0, 1, in); BLAS takes
     # the fast path for this layout (a (0, 1, 1)-strided vector is ten times slower)
     columns = x.t().expand(parts, in_features, m)
-    if m == 1:  # decoding one row: every reshape is a view
-        if add is None:
-            return torch.bmm(weight, columns).view(1, parts * width)
-        return torch.baddbmm(add.view(parts, width, 1), weight, columns).view(1, parts * width)
     if add is None:
         y = torch.bmm(weight, columns)  # (parts, width, m)
     else:
-        y = torch.baddbmm(add.t().unflatten(0, (parts, width)), weight, columns)
+        add = add.view(parts, width, 1) if m == 1 else add.t().unflatten(0, (parts, width))
+        y = torch.baddbmm(add, weight, columns)
+    if m == 1:  # decoding one row: the reshape is a view
+        return y.view(1, parts * width)
     return y.permute(2, 0, 1).contiguous().view(m, parts * width)
+
+
+# The operator form of split_matmul for compiled graphs. Registered through torch.library's
+# low-level API: a call costs ~5 us more than the function (torch.library.custom_op: ~30 us).
+_OPS = torch.library.Library("genlab", "DEF")
+_OPS.define("split_matmul(Tensor x, Tensor weight, Tensor? add) -> Tensor")
+_OPS.impl("split_matmul", _split_matmul, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("genlab::split_matmul", lib=_OPS)
+def _split_matmul_shape(x, weight, add):
+    return x.new_empty(x.shape[0], weight.shape[0] * weight.shape[1])
 
 
 def head_logits(kept: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
@@ -813,7 +842,7 @@ class LlamaDecoder(BuiltinDecoder):
             s.num_layers,
         )  # fmt: skip
         max_position = check_positions(self.name, position_ids, None)
-        rotation = self.rope.lookup(position_ids, max_position)
+        rotation = torch.view_as_real(self.rope.lookup(position_ids, max_position))  # real pairs
         return rotation, static_keep_mask(attention_mask, cache.capacity, s.sliding_window)
 
     def _fixed_step(self, input_ids, rotation, keep, keys, values, slots):

@@ -204,5 +204,8 @@ def _is_numpy_int(value: Any) -> bool:
 
 def vocab_mask(token_ids: torch.Tensor, scores: torch.Tensor) -> torch.BoolTensor:
     """(vocab,) True at ``token_ids``: the mask the suppressing processors apply."""
-    vocab = torch.arange(scores.shape[-1], device=scores.device)
-    return torch.isin(vocab, token_ids.to(scores.device))
+    size = scores.shape[-1]
+    ids = token_ids.to(scores.device)
+    mask = torch.zeros(size, dtype=torch.bool, device=scores.device)
+    mask[ids[ids < size]] = True  # ids past the vocabulary mark nothing
+    return mask
