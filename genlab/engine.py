@@ -375,7 +375,9 @@ class Run:
 
     def _refresh_config(self) -> None:
         """(Re)build processors, stopping criteria and the strategy after a config change."""
-        seen = {k: copy.copy(v) for k, v in vars(self.config).items()}
+        # shallow copies of what is mutable, so that a value edited in place counts as a change
+        values = vars(self.config).items()
+        seen = {k: v if isinstance(v, _IMMUTABLE) else copy.copy(v) for k, v in values}
         if seen == self._config_seen:
             return
         self.config.validate()
@@ -818,6 +820,9 @@ class Run:
     def __repr__(self) -> str:
         state = "finished" if self._finished else "running"
         return f"Run({self.mode}, step={self.step_index}, rows={self.sequences.shape[0]}, {state})"
+
+
+_IMMUTABLE = (int, float, str, type(None))  # config values compared without a copy
 
 
 def _call_custom_generate(fn, model, run: Run):

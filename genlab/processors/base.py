@@ -14,9 +14,11 @@ as transformers does, so transformers' own processor objects work unchanged.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import numbers
+import types
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
@@ -102,8 +104,17 @@ def extra_call_parameters(processor: Any) -> list[str]:
     >>> extra_call_parameters(Grouped())
     ['beam_group_idx']
     """
+    call = type(processor).__call__
+    if isinstance(call, types.FunctionType):  # a class's method: read its signature once
+        return list(_extra_parameters_of_method(call))
     params = list(inspect.signature(processor.__call__).parameters)
     return params[2:]
+
+
+@functools.lru_cache(maxsize=512)
+def _extra_parameters_of_method(call: types.FunctionType) -> tuple[str, ...]:
+    # (self, input_ids, scores, ...) -> the names after scores (asked on every step)
+    return tuple(inspect.signature(call).parameters)[3:]
 
 
 def call_processor(
