@@ -12,13 +12,20 @@ What it does, in order:
    builds genlab's decoder from ``hf.config.to_dict()`` and ``hf.state_dict()``;
 3. checks that greedy decoding of "What is the capital of France?" (chat template) gives
    the same tokens with both: until EOS, and 32 tokens with EOS suppressed;
-4. times batch-1 greedy decoding, the two systems interleaved in one process after a
-   warm-up: prompt processing (ms per prompt token), decoding (ms per new token), tok/s,
-   their ratio, the memory-bandwidth bound (bandwidth / bytes of weights read per token)
-   and the fraction of it reached. The bandwidth is measured again before every repeat
-   and each repeat is compared with its own: on a shared machine it moves a lot (30-70
-   GB/s were seen within minutes here);
-5. measures each model's peak RSS while generating, each in a fresh subprocess (the peak
+4. times batch-1 greedy decoding, the systems interleaved in one process after a
+   warm-up: ``genlab loop`` is ``genlab.generate`` (the engine's step loop with its
+   processors and stopping criteria), ``genlab bare`` a minimal loop over the decoder's
+   forward (the decoder alone), ``transformers`` its ``generate``. For each: prompt
+   processing (ms per prompt token), decoding (ms per new token), tok/s, the ratios, the
+   memory-bandwidth bound (bandwidth / bytes of weights read per token) and the fraction
+   of it reached. The bandwidth is measured again before every repeat and each repeat is
+   compared with its own: on a shared machine it moves a lot (30-70 GB/s were seen
+   within minutes here);
+5. pairs every decoding step of genlab's loop with a bandwidth probe right after it (a
+   ``sum()`` over as many bytes as the weights) and prints the median fraction of the
+   bound over the steps; the same for the matrix products alone. This is the steady
+   figure: a step and its probe see the same machine;
+6. measures each model's peak RSS while generating, each in a fresh subprocess (the peak
    counter is reset after loading, so it shows the running model, not the loading).
 
 transformers is used here as the reference only; genlab's runtime never imports it.
@@ -42,6 +49,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import genlab  # noqa: E402
 from genlab.models.architectures import build_decoder  # noqa: E402
 from genlab.models.llama import split_matmul  # noqa: E402
 
@@ -197,6 +205,61 @@ def greedy_hf(hf, ids: torch.Tensor, new_tokens: int, stop_at_eos: bool):
     return seq[0, ids.shape[1] :].tolist(), seconds
 
 
+def generate_genlab(lm, ids: torch.Tensor, new_tokens: int) -> float:
+    """genlab's own loop (``genlab.generate``, greedy, EOS kept away by min_new_tokens);
+    returns seconds."""
+    start = time.perf_counter()
+    genlab.generate(
+        lm, input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+    )  # fmt: skip
+    return time.perf_counter() - start
+
+
+@torch.inference_mode()
+def paired_steps(lm, ids: torch.Tensor, new_tokens: int, probe: torch.Tensor) -> list[float]:
+    """Fraction of the bound per decoding step, each step paired with its own bandwidth probe.
+
+    Steps genlab's loop one token at a time (``genlab.start(...).run(max_steps=1)``); after
+    each step it times ``probe.sum()`` (a tensor the size of the weights). A step's fraction
+    is (weight bytes / step time) / (probe bytes / probe time). Step and probe are
+    milliseconds apart, so a change of the machine's bandwidth moves both: this is far
+    steadier than comparing whole runs with a bandwidth measured before them.
+    """
+    per_token = weight_bytes_per_token(lm)
+    probe_bytes = probe.numel() * probe.element_size()
+    run = genlab.start(
+        lm, input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+    )  # fmt: skip
+    run.run(max_steps=1)  # the prompt
+    fractions = []
+    while not run.finished:
+        start = time.perf_counter()
+        run.run(max_steps=1)
+        step = time.perf_counter() - start
+        start = time.perf_counter()
+        probe.sum()
+        probe_seconds = time.perf_counter() - start
+        fractions.append((per_token / step) / (probe_bytes / probe_seconds))
+    return fractions
+
+
+@torch.inference_mode()
+def paired_matvec(lm, probe: torch.Tensor, steps: int = 40) -> list[float]:
+    """As :func:`paired_steps` for the matrix products of a step alone (see matvec_floor)."""
+    per_token = weight_bytes_per_token(lm)
+    probe_bytes = probe.numel() * probe.element_size()
+    fractions = []
+    for _ in range(steps):
+        seconds = matvec_floor(lm, steps=1)
+        start = time.perf_counter()
+        probe.sum()
+        probe_seconds = time.perf_counter() - start
+        fractions.append((per_token / seconds) / (probe_bytes / probe_seconds))
+    return fractions
+
+
 @torch.inference_mode()
 def matvec_floor(lm, steps: int = 20) -> float:
     """Seconds per token of the one-row matrix products alone (every layer's four and the
@@ -241,18 +304,22 @@ def time_both(lm, hf, ids, new_tokens: int, repeats: int) -> dict:
     probe = torch.ones(250_000_000, dtype=torch.float32)  # 1 GB
     greedy_genlab(lm, ids, 8, eos, False)  # warm-up
     greedy_hf(hf, ids, 8, False)
+    generate_genlab(lm, ids, 8)
     bandwidth, ours_prefill, ours_decode, ours_total = [], [], [], []
-    hf_one, hf_full = [], []
+    hf_one, hf_full, gen_one, gen_full = [], [], [], []
     for _ in range(repeats):
         bandwidth.append(measure_bandwidth(probe, repeats=3))
         _, prefill, decode = greedy_genlab(lm, ids, new_tokens, eos, False)
         ours_prefill.append(prefill / prompt_len)
         ours_decode.append(decode / (new_tokens - 1))
         ours_total.append(prefill + decode)
+        gen_one.append(generate_genlab(lm, ids, 1))
+        gen_full.append(generate_genlab(lm, ids, new_tokens))
         hf_one.append(greedy_hf(hf, ids, 1, False)[1])
         hf_full.append(greedy_hf(hf, ids, new_tokens, False)[1])
-    # transformers: prefill ~ generate(1 token); decoding = the rest, per token
+    # generate(): prefill ~ generate(1 token); decoding = the rest, per token
     hf_decode = [(f - o) / (new_tokens - 1) for f, o in zip(hf_full, hf_one)]
+    gen_decode = [(f - o) / (new_tokens - 1) for f, o in zip(gen_full, gen_one)]
     per_token = weight_bytes_per_token(lm)
 
     def summary(prefill, decode, total, ms_prefill_scale=1.0):
@@ -270,7 +337,8 @@ def time_both(lm, hf, ids, new_tokens: int, repeats: int) -> dict:
 
     return {
         "bandwidth": bandwidth,
-        "genlab": summary(ours_prefill, ours_decode, ours_total),
+        "genlab loop": summary(gen_one, gen_decode, gen_full, 1.0 / prompt_len),
+        "genlab bare": summary(ours_prefill, ours_decode, ours_total),
         "transformers": summary(hf_one, hf_decode, hf_full, 1.0 / prompt_len),
     }
 
@@ -331,6 +399,12 @@ def main() -> None:
     ids = chat_prompt(tokenizer)
     print(f"prompt: {ids.shape[1]} tokens (chat template around {PROMPT!r})")
     check_demo_answer(lm, hf, tokenizer, ids)
+    eos = hf.generation_config.eos_token_id
+    looped = genlab.generate(
+        lm, input_ids=ids, do_sample=False, max_new_tokens=32, min_new_tokens=32
+    )[0, ids.shape[1] :].tolist()
+    assert looped == greedy_genlab(lm, ids, 32, eos, stop_at_eos=False)[0], looped
+    print("genlab.generate gives the same 32 tokens as the bare loop")
 
     results = time_both(lm, hf, ids, args.new_tokens, args.repeats)
     bandwidths = results.pop("bandwidth")
@@ -358,13 +432,29 @@ def main() -> None:
         f"{per_token / floor / 1e9:.1f} GB/s, {per_token / floor / 1e9 / bw:.0%} of the median "
         f"bound; the rest of a decoding step is the small per-layer operations"
     )
-    ours, theirs = results["genlab"], results["transformers"]
+    theirs = results["transformers"]
+    for system in ("genlab loop", "genlab bare"):
+        ours = results[system]
+        print(
+            f"  ratio {system} / transformers: decode "
+            f"{theirs['ms_per_new_token_best'] / ours['ms_per_new_token_best']:.2f}x (median "
+            f"{theirs['ms_per_new_token_median'] / ours['ms_per_new_token_median']:.2f}x), "
+            f"end-to-end {ours['tok_s_best'] / theirs['tok_s_best']:.2f}x (median "
+            f"{ours['tok_s_median'] / theirs['tok_s_median']:.2f}x)"
+        )
+    probe = torch.ones(per_token // 4, dtype=torch.float32)  # as many bytes as the weights
+    steps = paired_steps(lm, ids, args.new_tokens, probe)
+    products = paired_matvec(lm, probe)
     print(
-        f"  ratio genlab / transformers: decode "
-        f"{theirs['ms_per_new_token_best'] / ours['ms_per_new_token_best']:.2f}x, end-to-end "
-        f"{ours['tok_s_best'] / theirs['tok_s_best']:.2f}x (median "
-        f"{ours['tok_s_median'] / theirs['tok_s_median']:.2f}x)"
+        f"\npaired per step (each step followed by a sum() of {per_token / 1e6:.0f} MB, "
+        f"fraction = its bandwidth / the sum's):"
     )
+    for label, values in (("genlab loop, one step", steps), ("matrix products alone", products)):
+        q = statistics.quantiles(values, n=4)
+        print(
+            f"  {label:22s} median {statistics.median(values):.1%} of bound "
+            f"(quartiles {q[0]:.1%}-{q[2]:.1%}, {len(values)} steps)"
+        )
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if not args.skip_rss:
         del lm, hf

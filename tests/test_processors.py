@@ -678,3 +678,28 @@ def test_unbatched_cfg_from_build_and_scale_one(hf_llama):
         gp.UnbatchedClassifierFreeGuidanceLogitsProcessor(2.0, "gpt2")
     plain = gp.UnbatchedClassifierFreeGuidanceLogitsProcessor(1, HFModel(hf_llama))
     assert_identical(plain(prompt, scores), torch.log_softmax(scores, dim=-1))
+
+
+def test_suppression_mask_is_reused_and_follows_edits():
+    """The suppressing processors build their vocabulary mask once per loop, and a changed
+    token list (replaced, or edited in place), vocabulary size or device gives a new one."""
+    p = gp.SuppressTokensLogitsProcessor([1, 3])
+    scores = torch.zeros(1, 8)
+    out = p(make_ids(2, rows=1), scores)
+    assert out[0].isinf().nonzero().flatten().tolist() == [1, 3]
+    mask = p.vocab_mask(p.suppress_tokens, scores)
+    assert p.vocab_mask(p.suppress_tokens, torch.ones(3, 8)) is mask  # same list, same vocab
+    p.suppress_tokens[0] = 5  # edited in place
+    assert p(make_ids(2, rows=1), scores)[0].isinf().nonzero().flatten().tolist() == [3, 5]
+    p.suppress_tokens = torch.tensor([0])  # replaced
+    assert p(make_ids(2, rows=1), scores)[0].isinf().nonzero().flatten().tolist() == [0]
+    wider = p(make_ids(2, rows=1), torch.zeros(1, 12))
+    assert wider.shape == (1, 12) and wider[0].isinf().nonzero().flatten().tolist() == [0]
+    m = gp.MinNewTokensLengthLogitsProcessor(2, 3, eos_token_id=[4])
+    assert m(make_ids(3, rows=1), scores)[0, 4] == -float("inf")
+    m.eos_token_id = torch.tensor([6])
+    assert m(make_ids(3, rows=1), scores)[0].isinf().nonzero().flatten().tolist() == [6]
+    with torch.inference_mode():  # ids made in inference mode (no version counter)
+        e = gp.MinLengthLogitsProcessor(5, eos_token_id=2)
+        for _ in range(2):
+            assert e(make_ids(3, rows=1), scores)[0].isinf().nonzero().flatten().tolist() == [2]

@@ -62,6 +62,18 @@ class LogitsProcessor:
             f"{type(self).__name__} is abstract: subclass LogitsProcessor and implement __call__"
         )
 
+    def vocab_mask(self, token_ids: torch.Tensor, scores: torch.Tensor) -> torch.BoolTensor:
+        """:func:`vocab_mask`, built once and reused while the token ids, the vocabulary
+        size and the device stay the same (a decoding loop asks for the same mask at every
+        step). The ids are compared by value: they may be edited in place or replaced."""
+        key = (tuple(token_ids.tolist()), scores.shape[-1], scores.device)
+        cached = self.__dict__.get("_vocab_mask_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        mask = vocab_mask(token_ids, scores)
+        self._vocab_mask_cache = (key, mask)
+        return mask
+
     def describe(self) -> str:
         """A one-line label with the settings, e.g. ``"top_k(top_k=50)"``."""
         parts = [f"{name}={_short(getattr(self, name, None))}" for name in self.shown]

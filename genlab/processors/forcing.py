@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .base import LogitsProcessor, check_int, token_id_tensor, vocab_mask
+from .base import LogitsProcessor, check_int, token_id_tensor
 
 
 class MinLengthLogitsProcessor(LogitsProcessor):
@@ -33,7 +33,7 @@ class MinLengthLogitsProcessor(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[-1] < self.min_length:
-            return torch.where(vocab_mask(self.eos_token_id, scores), -math.inf, scores)
+            return torch.where(self.vocab_mask(self.eos_token_id, scores), -math.inf, scores)
         return scores.clone()
 
 
@@ -65,7 +65,7 @@ class MinNewTokensLengthLogitsProcessor(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         new_tokens = input_ids.shape[-1] - self.prompt_length_to_skip
         if new_tokens < self.min_new_tokens:
-            return torch.where(vocab_mask(self.eos_token_id, scores), -math.inf, scores)
+            return torch.where(self.vocab_mask(self.eos_token_id, scores), -math.inf, scores)
         return scores.clone()
 
 
@@ -166,7 +166,7 @@ class SuppressTokensLogitsProcessor(LogitsProcessor):
         self.suppress_tokens = token_id_tensor("suppress_tokens", list(suppress_tokens), device)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        return torch.where(vocab_mask(self.suppress_tokens, scores), -float("inf"), scores)
+        return torch.where(self.vocab_mask(self.suppress_tokens, scores), -float("inf"), scores)
 
 
 class SuppressTokensAtBeginLogitsProcessor(LogitsProcessor):
@@ -193,4 +193,5 @@ class SuppressTokensAtBeginLogitsProcessor(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[-1] != self.begin_index:
             return scores
-        return torch.where(vocab_mask(self.begin_suppress_tokens, scores), -float("inf"), scores)
+        mask = self.vocab_mask(self.begin_suppress_tokens, scores)
+        return torch.where(mask, -float("inf"), scores)
