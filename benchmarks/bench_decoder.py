@@ -26,7 +26,9 @@ What it does, in order:
    bound over the steps; the same for the matrix products alone. This is the steady
    figure: a step and its probe see the same machine;
 6. measures each model's peak RSS while generating, each in a fresh subprocess (the peak
-   counter is reset after loading, so it shows the running model, not the loading).
+   counter is reset after loading, so it shows the running model, not the loading):
+   genlab's decoder built from the same transformers weights, transformers, and
+   ``genlab.load("demo")`` (genlab's own GGUF path, transformers not loaded).
 
 transformers is used here as the reference only; genlab's runtime never imports it.
 """
@@ -353,6 +355,13 @@ def rss_child(which: str, new_tokens: int) -> None:
 
     torch.set_num_threads(os.cpu_count() or 1)
     baseline = rss_mb()
+    if which == "genlab.load":  # genlab's own loading path (GGUF read by genlab)
+        lm = genlab.load("demo")
+        reset_peak_rss()
+        lm.generate(PROMPT, chat=True, do_sample=False, max_new_tokens=new_tokens)
+        peak = peak_rss_mb()
+        print(json.dumps({"peak_rss_mb": peak, "above_imports_mb": peak - baseline}))
+        return
     hf, tokenizer = load_reference(demo_gguf_path())
     ids = chat_prompt(tokenizer)
     if which == "genlab":
@@ -381,7 +390,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rss-child", choices=["genlab", "transformers"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--rss-child", choices=["genlab", "genlab.load", "transformers"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--skip-rss", action="store_true", help="skip the RSS subprocesses")
     args = parser.parse_args()
     if args.rss_child:
@@ -459,7 +470,7 @@ def main() -> None:
     if not args.skip_rss:
         del lm, hf
         gc.collect()
-        for system in ("genlab", "transformers"):
+        for system in ("genlab", "transformers", "genlab.load"):
             r = peak_rss_of(system, 32)
             print(
                 f"  peak RSS while generating, {system}: {r['peak_rss_mb']:.0f} MB "
