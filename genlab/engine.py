@@ -601,8 +601,16 @@ class Run:
             **(self.encdec.step_inputs() if self.encdec is not None else {}),
         )
 
-    @torch.no_grad()
     def _step(self, want_record: bool) -> Step | None:
+        # A run started under torch.inference_mode() holds inference tensors (its cache is
+        # written in place every step); it goes on in that mode wherever it is stepped.
+        if self.sequences.is_inference() and not torch.is_inference_mode_enabled():
+            with torch.inference_mode():
+                return self._advance(want_record)
+        with torch.no_grad():
+            return self._advance(want_record)
+
+    def _advance(self, want_record: bool) -> Step | None:
         if self._rng is not None:
             torch.set_rng_state(self._rng)
         self._refresh_config()

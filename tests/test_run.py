@@ -183,3 +183,29 @@ def test_trace_tables(hf_llama):
     summary = tr.stage_summary(0)
     assert summary.tokens_kept.tolist()[-1] == 5
     assert len(tr.steps()) == 6
+
+
+def test_run_started_in_inference_mode_steps_anywhere(hf_llama):
+    """A run begun under torch.inference_mode() (its built-in KV cache then holds inference
+    tensors, written in place each step) can be stepped, rewound and forked outside it."""
+    from genlab.models.architectures import build_decoder
+
+    lm = build_decoder(hf_llama.config.to_dict(), hf_llama.state_dict())
+    expected = genlab.generate(lm, PROMPT, max_new_tokens=10)
+    with torch.inference_mode():
+        run = _run(lm, max_new_tokens=10)
+        run.step()
+    for _ in range(4):
+        run.step()  # outside inference mode
+    branch = run.fork()
+    run.rewind(2)
+    run.run()
+    branch.run()
+    assert torch.equal(run.output.sequences, expected)
+    assert torch.equal(branch.output.sequences, expected)
+    # and the other way round: begun normally, stepped inside inference mode
+    other = _run(lm, max_new_tokens=10)
+    other.step()
+    with torch.inference_mode():
+        other.run()
+    assert torch.equal(other.output.sequences, expected)
