@@ -290,7 +290,6 @@ class Run:
                     "streamer cannot be used with beam search: use a "
                     "genlab.streamers.BeamStreamer or num_beams=1"
                 )
-            streamer.put(ids.cpu())
 
         # -- config-dependent parts (rebuilt when the config changes between steps) --------
         self._config_seen: dict | None = None
@@ -300,6 +299,8 @@ class Run:
             self.encdec.expand(expand)
         self.sequences = ids.repeat_interleave(expand, dim=0)
         self.attention_mask = mask.to(self.device).repeat_interleave(expand, dim=0)
+        if self.streamer is not None:  # the prompt rows as generation starts (expanded)
+            self.streamer.put(self.sequences.cpu())
         self.cache = make_cache(
             self.model,
             self.sequences.shape[0],

@@ -49,3 +49,16 @@ def padded_batch():
     mask = (ids != 0).long()
     mask[1] = 1
     return ids, mask
+
+
+class Recorder:
+    """A streamer that keeps every put() value (to compare what generate() sends)."""
+
+    def __init__(self):
+        self.puts, self.ends = [], 0
+
+    def put(self, value):
+        self.puts.append(torch.as_tensor(value).clone())
+
+    def end(self):
+        self.ends += 1

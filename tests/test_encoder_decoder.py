@@ -498,3 +498,27 @@ def test_beam_run_rewinds_by_replay(models):
     run.rewind(3)
     assert run.step_index == 1
     assert torch.equal(run.run(), full)
+
+
+@pytest.mark.parametrize(
+    "cfg", [{"do_sample": False}, {"do_sample": True, "num_return_sequences": 2}]
+)
+def test_streamer_puts_equal_reference(models, cfg):
+    """A streamer gets the decoder's start ids (one row per returned sequence) and then each
+    step's tokens, as from the reference."""
+    from conftest import Recorder
+
+    source = SOURCES["t5"][:1]
+    got = []
+    for generate in (
+        models["t5"].generate,
+        lambda *a, **k: genlab.generate(models["t5"], *a, **k),
+    ):
+        rec = Recorder()
+        torch.manual_seed(0)
+        generate(source, max_new_tokens=5, streamer=rec, **cfg)
+        got.append(rec)
+    ref, ours = got
+    assert ours.ends == ref.ends == 1
+    assert [tuple(p.shape) for p in ours.puts] == [tuple(p.shape) for p in ref.puts]
+    assert all(torch.equal(a, b) for a, b in zip(ours.puts, ref.puts))

@@ -333,3 +333,34 @@ def test_streamers_import_neither_ipython_nor_ipywidgets_outside_a_notebook():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout == " answer here\nFalse False\n"
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"do_sample": False},
+        {"do_sample": True, "num_return_sequences": 3},
+        {"do_sample": False, "prompt_lookup_num_tokens": 2},
+    ],
+    ids=["greedy", "sample_return_3", "prompt_lookup"],
+)
+def test_put_sequence_equals_reference_generate(cfg):
+    """What a streamer receives from genlab.generate, put by put, is what transformers'
+    generate sends: the prompt rows as generation starts (expanded when several sequences
+    are returned per prompt), then the new tokens of each step."""
+    from conftest import Recorder, tiny_llama
+
+    import genlab
+
+    model = tiny_llama()
+    prompt = torch.tensor([[1, 5, 17, 33, 8, 5, 17]])
+    got = []
+    for generate in (model.generate, lambda *a, **k: genlab.generate(model, *a, **k)):
+        rec = Recorder()
+        torch.manual_seed(0)
+        generate(prompt, max_new_tokens=6, streamer=rec, **cfg)
+        got.append(rec)
+    ref, ours = got
+    assert ours.ends == ref.ends == 1
+    assert [tuple(p.shape) for p in ours.puts] == [tuple(p.shape) for p in ref.puts]
+    assert all(torch.equal(a, b) for a, b in zip(ours.puts, ref.puts))
