@@ -40,6 +40,8 @@ class StageRecord:
     entropy: torch.Tensor
     kept: torch.LongTensor  # (rows,) number of tokens with a finite score
     kept_mass: torch.Tensor | None = None  # (rows,) raw probability mass still possible
+    # (rows,) probability, under the stage before, of the tokens this stage excluded
+    removed_mass: torch.Tensor | None = None
 
 
 @dataclass
@@ -83,8 +85,12 @@ class Tracer:
         else:
             # each surviving row records the token it got from its parent
             chosen[parents.cpu()] = selection.tokens.cpu()
-        raw_probs = torch.softmax(self._current[0][1].detach().float(), dim=-1)
-        stages = [self._summarise(name, s, chosen, raw_probs) for name, s in self._current]
+        stages, raw_probs, prev = [], None, None
+        for name, s in self._current:
+            stage, probs = self._summarise(name, s, chosen, raw_probs, prev)
+            stages.append(stage)
+            raw_probs = probs if raw_probs is None else raw_probs
+            prev = (probs, torch.isfinite(s))
         self.steps.append(
             StepRecord(
                 step=step,
@@ -99,8 +105,14 @@ class Tracer:
         )
         self._current = []
 
-    def _summarise(self, name, scores, chosen, raw_probs=None):
+    def _summarise(self, name, scores, chosen, raw_probs=None, prev=None):
+        """The StageRecord of one stage, and its probabilities (for the stages after it).
+
+        raw_probs: the raw distribution (None for the raw stage itself); prev: the stage
+        before's (probabilities, finite mask), or None.
+        """
         s = scores.detach().float()
+        probs = torch.softmax(s, dim=-1)
         lse = torch.logsumexp(s, dim=-1, keepdim=True)  # one pass instead of a log_softmax
         k = min(self.top_k, s.shape[-1])
         top_values, top_ids = s.topk(k, dim=-1)
@@ -108,8 +120,12 @@ class Tracer:
         chosen_values = s.gather(1, idx)
         finite = torch.isfinite(s)
         # probability mass of the *raw* distribution still possible after this stage
-        kept_mass = (raw_probs * finite).sum(-1) if raw_probs is not None else None
-        return StageRecord(
+        kept_mass = ((probs if raw_probs is None else raw_probs) * finite).sum(-1)
+        removed = torch.zeros_like(kept_mass)
+        if prev is not None:  # what the stage before gave the tokens this one excluded
+            prev_probs, prev_finite = prev
+            removed = (prev_probs * (prev_finite & ~finite)).sum(-1)
+        record = StageRecord(
             name=name,
             top_ids=top_ids.cpu(),
             top_values=top_values.cpu(),
@@ -117,10 +133,12 @@ class Tracer:
             chosen_values=chosen_values[:, 0].cpu(),
             chosen_logprobs=(chosen_values - lse)[:, 0].cpu(),
             chosen_ranks=(s > chosen_values).sum(-1).cpu(),
-            entropy=torch.special.entr(torch.softmax(s, dim=-1)).sum(-1).cpu(),
+            entropy=torch.special.entr(probs).sum(-1).cpu(),
             kept=finite.sum(-1).cpu(),
-            kept_mass=None if kept_mass is None else kept_mass.cpu(),
+            kept_mass=kept_mass.cpu(),
+            removed_mass=removed.cpu(),
         )
+        return record, probs
 
     def truncate(self, step: int) -> None:
         self.steps = [s for s in self.steps if s.step < step]
@@ -285,21 +303,30 @@ class Trace:
         return pd.DataFrame(out)
 
     def stage_summary(self, step: int, row: int = 0) -> pd.DataFrame:
-        """For one step: after each stage, the chosen token's prob and rank, how many tokens
-        are still possible, and the probability mass (of the raw distribution) removed."""
-        rec = next(r for r in self.records if r.step == step)
+        """For one step, one row per stage (raw, each processor, final): how many tokens are
+        still possible and how many the stage removed; ``removed_mass``, the probability the
+        stage before gave the tokens this stage removed; ``raw_mass_kept`` and
+        ``raw_mass_removed``, the same in the raw distribution's terms (what is left of it,
+        and what this stage took); the chosen token's prob and rank, the top token and the
+        entropy after the stage."""
+        rec = next((r for r in self.records if r.step == step), None)
+        if rec is None:
+            taken = sorted({r.step for r in self.records})
+            raise ValueError(f"step must be one of the steps recorded, {taken}; got {step}")
         out = []
         prev_kept, prev_mass = None, 1.0
         for st in rec.stages:
             kept = int(st.kept[row])
             mass = float(st.kept_mass[row]) if st.kept_mass is not None else float("nan")
+            removed = float(st.removed_mass[row]) if st.removed_mass is not None else math.nan
             out.append(
                 {
                     "stage": st.name,
                     "tokens_kept": kept,
                     "removed_tokens": 0 if prev_kept is None else prev_kept - kept,
+                    "removed_mass": removed,
                     "raw_mass_kept": mass,
-                    "mass_removed": prev_mass - mass,
+                    "raw_mass_removed": max(0.0, prev_mass - mass),  # not -0.000 from rounding
                     "chosen_prob": float(st.chosen_logprobs[row].exp()),
                     "chosen_rank": int(st.chosen_ranks[row]),
                     "top_token": self.token_text(int(st.top_ids[row, 0])),

@@ -434,3 +434,27 @@ def test_reference_greedy_and_beam_search_through_a_wrapper_agree_with_the_table
     # sequences_scores: sum of log-probs over generated length (3 tokens, length_penalty 1)
     expected = torch.tensor([math.log(0.36) / 3, math.log(0.2) / 3])
     torch.testing.assert_close(out.sequences_scores, expected)
+
+
+def test_stage_summary_masses_in_both_terms():
+    """removed_mass is in the previous stage's terms, raw_mass_* in the raw distribution's:
+    after 'The' the table gives nice .5, dog .4, car .1; top_k=2 cuts car, then top_p=0.5
+    cuts dog, which had 0.4 / 0.9 of what top_k left."""
+    from genlab import LM
+
+    lm = LM(TableLM.classic())
+    res = lm.generate("The", do_sample=True, top_k=2, top_p=0.5, max_new_tokens=1, trace=True)
+    summary = res.trace.stage_summary(0).set_index("stage")
+    assert list(summary.index) == ["raw", "TopKLogitsWarper", "TopPLogitsWarper", "final"]
+    expect = {  # stage: (removed_mass, raw_mass_kept, raw_mass_removed)
+        "raw": (0.0, 1.0, 0.0),
+        "TopKLogitsWarper": (0.1, 0.9, 0.1),
+        "TopPLogitsWarper": (0.4 / 0.9, 0.5, 0.4),
+        "final": (0.0, 0.5, 0.0),
+    }
+    for stage, values in expect.items():
+        got = tuple(summary.loc[stage, ["removed_mass", "raw_mass_kept", "raw_mass_removed"]])
+        assert got == pytest.approx(values, abs=1e-6), stage
+    assert summary.loc["TopPLogitsWarper", "removed_tokens"] == 1
+    with pytest.raises(ValueError, match=r"one of the steps recorded, \[0\]; got 3"):
+        res.trace.stage_summary(3)

@@ -21,7 +21,6 @@ from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
-import torch
 
 from ..config import GenerationConfig
 from ..engine import Run
@@ -31,83 +30,12 @@ from .live import initial_config
 from .render import figure_png, frame_html, message, prob_legend, text_block, token_spans
 
 
-class StageMassTracer(Tracer):
-    """A :class:`Tracer` that also measures, per stage, the probability mass it removed.
-
-    For each step and row: ``removed_mass`` (probability, under the previous stage, of
-    the tokens this stage set to -inf), ``removed_tokens`` and ``raw_mass_kept`` (share of
-    the raw distribution still possible after the stage).
-    """
-
-    def __init__(self, run, top_k: int = 10, stages: bool = True) -> None:
-        super().__init__(run, top_k=top_k, stages=stages)
-        self.masses: dict[int, list[dict[str, Any]]] = {}
-        self._stage_rows: list[dict[str, Any]] = []
-        self._prev: torch.Tensor | None = None
-        self._raw_probs: torch.Tensor | None = None
-
-    def on_logits(self, step: int, logits: torch.Tensor) -> None:
-        super().on_logits(step, logits)
-        scores = logits.detach().float().cpu()
-        self._raw_probs = torch.softmax(scores, dim=-1)
-        self._prev = scores
-        finite = torch.isfinite(scores)
-        self._stage_rows = [self._row("raw", scores, finite, torch.zeros(scores.shape[0]))]
-
-    def on_stage(self, step: int, name: str, scores: torch.Tensor) -> None:
-        super().on_stage(step, name, scores)
-        scores = scores.detach().float().cpu()
-        prev = self._prev
-        finite = torch.isfinite(scores)
-        removed = torch.isfinite(prev) & ~finite  # (rows, vocab)
-        removed_mass = (torch.softmax(prev, dim=-1) * removed).sum(-1)
-        self._stage_rows.append(self._row(name, scores, finite, removed_mass, removed))
-        self._prev = scores
-
-    def _row(self, name, scores, finite, removed_mass, removed=None) -> dict[str, Any]:
-        return {
-            "stage": name,
-            "tokens_kept": finite.sum(-1),
-            "removed_tokens": removed.sum(-1) if removed is not None else finite.sum(-1) * 0,
-            "removed_mass": removed_mass,
-            "raw_mass_kept": (self._raw_probs * finite).sum(-1),
-        }
-
-    def on_step_end(self, step: int, record, selection) -> None:
-        self.masses[step] = self._stage_rows
-        self._stage_rows = []
-        super().on_step_end(step, record, selection)
-
-    def truncate(self, step: int) -> None:
-        super().truncate(step)
-        self.masses = {k: v for k, v in self.masses.items() if k < step}
-
-    def fork(self, run) -> StageMassTracer:
-        other = super().fork(run)
-        other.masses = dict(self.masses)
-        return other
-
-    def mass_table(self, step: int, row: int = 0) -> pd.DataFrame:
-        """Per stage of ``step``: tokens kept, tokens and probability mass removed."""
-        if step not in self.masses:
-            raise ValueError(
-                f"step must be one of the steps taken, 0..{len(self.steps) - 1}, got {step}"
-            )
-        return pd.DataFrame(
-            [
-                {
-                    k: (v if k == "stage" else float(v[row]) if "mass" in k else int(v[row]))
-                    for k, v in stage.items()
-                }
-                for stage in self.masses[step]
-            ]
-        )
-
-
-def waterfall_frame(trace, masses: pd.DataFrame, step: int, row: int = 0, k: int = 5):
-    """One row per stage: tokens kept, mass removed, and the top ``k`` tokens after it."""
+def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
+    """One row per stage of ``step``: tokens kept and removed, the probability mass removed
+    (see :meth:`Trace.stage_summary`), and the top ``k`` tokens after the stage."""
+    summary = trace.stage_summary(step, row=row)
     out = []
-    for stage in masses.itertuples(index=False):
+    for stage in summary.itertuples(index=False):
         top = trace.topk(step, row=row, stage=stage.stage).sort_values("rank")
         top = top[top.prob > 0].head(k)  # tokens this stage removed are not "top"
         out.append(
@@ -156,7 +84,7 @@ class StepDebugger(widgets.VBox):
         with WARNINGS_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run = lm.start(prompt, chat=chat, seed=seed, generation_config=cfg)
-        run.tracer = StageMassTracer(run, top_k=trace_top_k)
+        run.tracer = Tracer(run, top_k=trace_top_k)
         self.runs: list[Run] = [run]
         self.run = run
 
@@ -298,8 +226,7 @@ class StepDebugger(widgets.VBox):
         step = self.current_step if step is None else step
         if step is None:
             return pd.DataFrame()
-        tracer = self.run.tracer
-        return waterfall_frame(tracer.trace, tracer.mass_table(step), step, k=k)
+        return waterfall_frame(self.run.tracer.trace, step, k=k)
 
     def __repr__(self) -> str:
         return f"StepDebugger(lm={self.lm.name!r}, step={self.run.step_index})"
