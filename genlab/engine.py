@@ -864,9 +864,19 @@ def _call_custom_generate(fn, model, run: Run):
     )
 
 
-def start(model, **kwargs) -> Run:
+def _prompt(inputs, kwargs: dict):
+    """The prompt given positionally (``inputs``) or as ``input_ids=``, popped from kwargs."""
+    input_ids = kwargs.pop("input_ids", None)
+    if inputs is not None and input_ids is not None:
+        raise ValueError(
+            "the prompt was given twice, as inputs and as input_ids: pass only one of them"
+        )
+    return input_ids if inputs is None else inputs
+
+
+def start(model, inputs=None, **kwargs) -> Run:
     """Create a steppable :class:`Run` (same arguments as :func:`generate`)."""
-    return Run(model, **kwargs)
+    return Run(model, input_ids=_prompt(inputs, kwargs), **kwargs)
 
 
 def generate(
@@ -900,7 +910,7 @@ def generate(
             )
     run = Run(
         model,
-        input_ids=kwargs.pop("input_ids", None) if inputs is None else inputs,
+        input_ids=_prompt(inputs, kwargs),
         generation_config=generation_config,
         logits_processor=logits_processor,
         stopping_criteria=stopping_criteria,

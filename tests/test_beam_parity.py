@@ -273,3 +273,31 @@ def test_sequences_scores_none_without_output_scores(hf_llama, padded_batch):
     )
     assert out.sequences_scores is None and out.scores is None
     assert out.beam_indices.shape == (2, 5)
+
+
+@pytest.mark.filterwarnings("ignore:.*Group Beam Search")
+def test_low_memory_is_refused_by_beam_search_and_ignored_by_group_and_constrained(
+    hf_llama, padded_batch
+):
+    """As in the reference: beam search and beam sampling refuse low_memory=True (a clear
+    error naming the field), group and constrained beam search run as without it."""
+    ids, mask = padded_batch
+    for extra in ({}, {"do_sample": True}):
+        with pytest.raises(ValueError, match="low_memory"):
+            hf_llama.generate(ids, attention_mask=mask, num_beams=2, low_memory=True, **extra)
+        with pytest.raises(ValueError, match="low_memory=True is not supported by beam"):
+            genlab.generate(
+                hf_llama, ids, attention_mask=mask, num_beams=2, low_memory=True, **extra
+            )
+    others = (
+        dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0),
+        dict(num_beams=3, force_words_ids=[[40]]),
+    )
+    for cfg in others:
+        ref, ours = _both(hf_llama, ids, mask, 0, max_new_tokens=6, low_memory=True, **cfg)
+        assert_same(ref, ours)
+    run = genlab.start(hf_llama, ids, attention_mask=mask, num_beams=2, max_new_tokens=4)
+    run.step()
+    run.config.low_memory = True  # a live change is refused before the next step
+    with pytest.raises(ValueError, match="low_memory"):
+        run.step()

@@ -209,3 +209,19 @@ def test_run_started_in_inference_mode_steps_anywhere(hf_llama):
     with torch.inference_mode():
         other.run()
     assert torch.equal(other.output.sequences, expected)
+
+
+def test_start_takes_the_prompt_like_generate(hf_llama):
+    """genlab.start takes the prompt positionally or as input_ids, as generate does; giving
+    it both ways is a ValueError (the reference refuses that too)."""
+    expected = genlab.generate(hf_llama, PROMPT, max_new_tokens=4)
+    for run in (
+        genlab.start(hf_llama, PROMPT, max_new_tokens=4),
+        genlab.start(hf_llama, input_ids=PROMPT, max_new_tokens=4),
+    ):
+        assert torch.equal(run.run(), expected)
+    for fn in (genlab.start, genlab.generate):
+        with pytest.raises(ValueError, match="given twice, as inputs and as input_ids"):
+            fn(hf_llama, PROMPT, input_ids=PROMPT)
+    with pytest.raises(ValueError, match="input_ids"):
+        hf_llama.generate(PROMPT, input_ids=PROMPT)

@@ -178,6 +178,9 @@ class BeamSearch(Strategy):
     sample: ClassVar[bool] = False
     #: config fields that cannot change during a run (the row layout depends on them)
     FIXED: ClassVar[tuple[str, ...]] = ("num_beams", "num_return_sequences")
+    #: the reference's beam search and beam sampling refuse ``low_memory=True`` (4.56.2);
+    #: its group and constrained beam searches ignore it
+    REFUSES_LOW_MEMORY: ClassVar[bool] = True
 
     # -- config: live changes are allowed except for the row layout ----------------------
     @property
@@ -195,6 +198,12 @@ class BeamSearch(Strategy):
                         f"{getattr(old, name)!r}, got {getattr(value, name)!r}): set it back, "
                         "or start a new run with the new value"
                     )
+        if self.REFUSES_LOW_MEMORY and value.low_memory:
+            raise ValueError(
+                f"low_memory=True is not supported by {self.mode.replace('_', ' ')} (transformers "
+                "4.56.2 refuses it too): leave low_memory unset; it only changes contrastive "
+                "search, which then scores its candidates one at a time"
+            )
         self._config = value
 
     @staticmethod

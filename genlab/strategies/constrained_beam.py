@@ -67,6 +67,8 @@ class ConstrainedBeamSearch(BeamSearch):
     history (B*n, t) global parent rows (only with output_scores).
     """
 
+    REFUSES_LOW_MEMORY = False  # the reference ignores low_memory here
+
     mode = "constrained_beam_search"
 
     def start(self, run) -> None:

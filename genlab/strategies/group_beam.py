@@ -177,6 +177,8 @@ class GroupBeamSearch(BeamSearch):
     history[g] (B*S, t) the in-group row of every step (only with output_scores).
     """
 
+    REFUSES_LOW_MEMORY = False  # the reference ignores low_memory here
+
     mode = "group_beam_search"
     FIXED = ("num_beams", "num_return_sequences", "num_beam_groups")
 
