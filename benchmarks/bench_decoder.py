@@ -228,8 +228,6 @@ def paired_steps(lm, ids: torch.Tensor, new_tokens: int, probe: torch.Tensor) ->
     milliseconds apart, so a change of the machine's bandwidth moves both: this is far
     steadier than comparing whole runs with a bandwidth measured before them.
     """
-    per_token = weight_bytes_per_token(lm)
-    probe_bytes = probe.numel() * probe.element_size()
     run = genlab.start(
         lm, input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
         max_new_tokens=new_tokens, min_new_tokens=new_tokens,
@@ -237,29 +235,27 @@ def paired_steps(lm, ids: torch.Tensor, new_tokens: int, probe: torch.Tensor) ->
     run.run(max_steps=1)  # the prompt
     fractions = []
     while not run.finished:
-        start = time.perf_counter()
-        run.run(max_steps=1)
-        step = time.perf_counter() - start
-        start = time.perf_counter()
-        probe.sum()
-        probe_seconds = time.perf_counter() - start
-        fractions.append((per_token / step) / (probe_bytes / probe_seconds))
+        fractions.append(probed_fraction(lm, lambda: run.run(max_steps=1), probe))
     return fractions
 
 
 @torch.inference_mode()
 def paired_matvec(lm, probe: torch.Tensor, steps: int = 40) -> list[float]:
     """As :func:`paired_steps` for the matrix products of a step alone (see matvec_floor)."""
-    per_token = weight_bytes_per_token(lm)
+    return [probed_fraction(lm, lambda: matvec_floor(lm, steps=1), probe) for _ in range(steps)]
+
+
+def probed_fraction(lm, step, probe: torch.Tensor) -> float:
+    """Run ``step()`` (one token's work), then time ``probe.sum()``: the step's weight-read
+    rate over the probe's read rate."""
+    start = time.perf_counter()
+    step()
+    seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    probe.sum()
+    probe_seconds = time.perf_counter() - start
     probe_bytes = probe.numel() * probe.element_size()
-    fractions = []
-    for _ in range(steps):
-        seconds = matvec_floor(lm, steps=1)
-        start = time.perf_counter()
-        probe.sum()
-        probe_seconds = time.perf_counter() - start
-        fractions.append((per_token / seconds) / (probe_bytes / probe_seconds))
-    return fractions
+    return (weight_bytes_per_token(lm) / seconds) / (probe_bytes / probe_seconds)
 
 
 @torch.inference_mode()

@@ -62,3 +62,20 @@ class Recorder:
 
     def end(self):
         self.ends += 1
+
+
+def assert_streams_like_reference(model, prompt, **cfg) -> None:
+    """genlab.generate sends a streamer the same put() values, in the same order, and one
+    end(), as the reference's ``model.generate`` with the same arguments and seed."""
+    import genlab
+
+    got = []
+    for generate in (model.generate, lambda *a, **k: genlab.generate(model, *a, **k)):
+        rec = Recorder()
+        torch.manual_seed(0)
+        generate(prompt, streamer=rec, **cfg)
+        got.append(rec)
+    ref, ours = got
+    assert ours.ends == ref.ends == 1
+    assert [tuple(p.shape) for p in ours.puts] == [tuple(p.shape) for p in ref.puts]
+    assert all(torch.equal(a, b) for a, b in zip(ours.puts, ref.puts))

@@ -506,19 +506,6 @@ def test_beam_run_rewinds_by_replay(models):
 def test_streamer_puts_equal_reference(models, cfg):
     """A streamer gets the decoder's start ids (one row per returned sequence) and then each
     step's tokens, as from the reference."""
-    from conftest import Recorder
+    from conftest import assert_streams_like_reference
 
-    source = SOURCES["t5"][:1]
-    got = []
-    for generate in (
-        models["t5"].generate,
-        lambda *a, **k: genlab.generate(models["t5"], *a, **k),
-    ):
-        rec = Recorder()
-        torch.manual_seed(0)
-        generate(source, max_new_tokens=5, streamer=rec, **cfg)
-        got.append(rec)
-    ref, ours = got
-    assert ours.ends == ref.ends == 1
-    assert [tuple(p.shape) for p in ours.puts] == [tuple(p.shape) for p in ref.puts]
-    assert all(torch.equal(a, b) for a, b in zip(ours.puts, ref.puts))
+    assert_streams_like_reference(models["t5"], SOURCES["t5"][:1], max_new_tokens=5, **cfg)

@@ -348,19 +348,7 @@ def test_put_sequence_equals_reference_generate(cfg):
     """What a streamer receives from genlab.generate, put by put, is what transformers'
     generate sends: the prompt rows as generation starts (expanded when several sequences
     are returned per prompt), then the new tokens of each step."""
-    from conftest import Recorder, tiny_llama
+    from conftest import assert_streams_like_reference, tiny_llama
 
-    import genlab
-
-    model = tiny_llama()
     prompt = torch.tensor([[1, 5, 17, 33, 8, 5, 17]])
-    got = []
-    for generate in (model.generate, lambda *a, **k: genlab.generate(model, *a, **k)):
-        rec = Recorder()
-        torch.manual_seed(0)
-        generate(prompt, max_new_tokens=6, streamer=rec, **cfg)
-        got.append(rec)
-    ref, ours = got
-    assert ours.ends == ref.ends == 1
-    assert [tuple(p.shape) for p in ours.puts] == [tuple(p.shape) for p in ref.puts]
-    assert all(torch.equal(a, b) for a, b in zip(ours.puts, ref.puts))
+    assert_streams_like_reference(tiny_llama(), prompt, max_new_tokens=6, **cfg)
