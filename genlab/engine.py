@@ -579,7 +579,9 @@ class Run:
                 tracer.on_stage(self.step_index, name, scores)
         return scores
 
-    def _forward(self) -> ModelOutput:
+    def _forward(self, hidden_states: bool = False) -> ModelOutput:
+        """One forward over the tokens the cache has not seen; ``hidden_states=True`` asks
+        for every layer's hidden states whatever the config says (DoLa reads them)."""
         cfg = self.gen_config
         # use_cache=False: every step runs the whole sequence through a fresh cache
         cache = (
@@ -598,7 +600,7 @@ class Run:
             cache=cache,
             logits_to_keep=1,
             output_attentions=bool(cfg.output_attentions),
-            output_hidden_states=bool(cfg.output_hidden_states),
+            output_hidden_states=bool(cfg.output_hidden_states) or hidden_states,
             **(self.encdec.step_inputs() if self.encdec is not None else {}),
         )
 

@@ -123,23 +123,28 @@ def weights_checksum(model) -> str:
     return digest.hexdigest()
 
 
-def build(name: str):
-    spec = dict(MODELS[name])
+def build(name: str, models: dict = MODELS):
+    spec = dict(models[name])
     return tiny_llama(spec.pop("seed"), spec.pop("vocab"), **spec)
 
 
-def record() -> dict:
+def record(model_specs: dict = MODELS, case_specs: dict = CASES) -> dict:
+    """Run every case under transformers 4.52.4; a case's ``seed`` (if any) seeds torch
+    right before its ``generate``."""
     import transformers
 
     if transformers.__version__ != "4.52.4":
         raise SystemExit(f"run with transformers 4.52.4, found {transformers.__version__}")
-    models = {name: build(name) for name in MODELS}
+    models = {name: build(name, model_specs) for name in model_specs}
     cases = {}
-    for case, (model_name, ids, mask, kwargs) in CASES.items():
+    for case, (model_name, ids, mask, kwargs) in case_specs.items():
         model = models[model_name]
         inputs = {"input_ids": torch.tensor(ids)}
         if mask is not None:
             inputs["attention_mask"] = torch.tensor(mask)
+        kwargs = dict(kwargs)
+        if "seed" in kwargs:
+            torch.manual_seed(kwargs.pop("seed"))
         with torch.no_grad():
             out = model.generate(**inputs, **kwargs)
         entry = {"sequences": out if isinstance(out, torch.Tensor) else out.sequences}

@@ -175,5 +175,6 @@ def model_info(
         architecture=config["model_type"],
         num_hidden_layers=settings.num_layers,
         hidden_size=settings.hidden_size,
+        tie_word_embeddings=bool(settings.tie_word_embeddings),
         generation_defaults=dict(generation_defaults or {}),
     )

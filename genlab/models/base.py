@@ -60,6 +60,7 @@ class ModelInfo:
     architecture: str = ""
     num_hidden_layers: int = 0
     hidden_size: int = 0
+    tie_word_embeddings: bool = False  # the output head is the input embedding matrix
     # generation defaults shipped with the model (generation_config.json), as a dict
     generation_defaults: dict[str, Any] = field(default_factory=dict)
 
@@ -252,6 +253,13 @@ class BuiltinDecoder:
         logits = step(input_ids, positions, keep, cache.keys, cache.values, slots)
         cache.advance(1)
         return ModelOutput(logits=logits)
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output head alone, without the final norm: hidden states (rows, hidden) ->
+        float32 logits (rows, vocab). DoLa reads earlier layers through it."""
+        from .llama import head_logits  # the split-matrix product shared by both decoders
+
+        return head_logits(hidden[:, None], self.head)[:, 0]
 
     @property
     def dtype(self) -> torch.dtype:

@@ -127,6 +127,7 @@ class HFModel:
             architecture=type(hf_model).__name__,
             num_hidden_layers=int(getattr(text_cfg, "num_hidden_layers", 0) or 0),
             hidden_size=int(getattr(text_cfg, "hidden_size", 0) or 0),
+            tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
             generation_defaults=defaults,
         )
         params = set(inspect.signature(hf_model.forward).parameters)
@@ -138,6 +139,17 @@ class HFModel:
         # the source vocabulary (EncoderDecoderModel pairs two configs)
         enc_cfg = getattr(cfg, "encoder", None)
         self.encoder_vocab_size = int(getattr(enc_cfg, "vocab_size", 0) or self.info.vocab_size)
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The model's output embeddings alone (no final norm): (rows, hidden) -> float32
+        (rows, vocab). DoLa reads earlier layers through it."""
+        head = self.hf.get_output_embeddings()
+        if head is None:
+            raise ValueError(
+                f"{type(self.hf).__name__} has no output embeddings (get_output_embeddings() "
+                "is None): DoLa needs the head to read earlier layers"
+            )
+        return head(hidden).float()
 
     # -- encoder-decoder models -----------------------------------------------------------
     @property

@@ -26,8 +26,10 @@ for _cls in (BeamSearch, BeamSample, GroupBeamSearch, ConstrainedBeamSearch):
 
 from .assisted import AssistedDecoding  # noqa: E402
 from .contrastive import ContrastiveSearch  # noqa: E402
+from .dola import DolaDecoding  # noqa: E402
 
 register(ContrastiveSearch)
+register(DolaDecoding)
 register(AssistedDecoding)
 
 
