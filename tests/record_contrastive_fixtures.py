@@ -128,6 +128,43 @@ def build(name: str, models: dict = MODELS):
     return tiny_llama(spec.pop("seed"), spec.pop("vocab"), **spec)
 
 
+def build_all(model_specs: dict = MODELS) -> dict:
+    """Every model of ``model_specs``, by name."""
+    return {name: build(name, model_specs) for name in model_specs}
+
+
+def run_case(generate, ids, mask, kwargs):
+    """Call ``generate(**inputs, **kwargs)`` for one case (tensors made, ``seed`` applied)."""
+    inputs = {"input_ids": torch.tensor(ids)}
+    if mask is not None:
+        inputs["attention_mask"] = torch.tensor(mask)
+    kwargs = dict(kwargs)
+    if "seed" in kwargs:
+        torch.manual_seed(kwargs.pop("seed"))
+    with torch.no_grad():
+        return generate(**inputs, **kwargs)
+
+
+def assert_recorded_models(models: dict, reference: dict) -> None:
+    """The fixture comes from 4.52.4 and from these very weights (same checksums)."""
+    assert reference["transformers"] == "4.52.4"
+    for name, model in models.items():
+        assert weights_checksum(model) == reference["checksums"][name], name
+
+
+def assert_matches_recorded(out, ref: dict) -> None:
+    """Sequences identical; scores and logits within 1e-4, -inf exactly where recorded."""
+    sequences = out if isinstance(out, torch.Tensor) else out.sequences
+    assert torch.equal(sequences, ref["sequences"])
+    for field in ("scores", "logits"):
+        if field in ref:
+            mine = torch.stack(getattr(out, field))
+            assert mine.shape == ref[field].shape
+            assert torch.equal(torch.isinf(mine), torch.isinf(ref[field]))
+            finite = torch.isfinite(ref[field])
+            torch.testing.assert_close(mine[finite], ref[field][finite], atol=1e-4, rtol=0)
+
+
 def record(model_specs: dict = MODELS, case_specs: dict = CASES) -> dict:
     """Run every case under transformers 4.52.4; a case's ``seed`` (if any) seeds torch
     right before its ``generate``."""
@@ -135,18 +172,10 @@ def record(model_specs: dict = MODELS, case_specs: dict = CASES) -> dict:
 
     if transformers.__version__ != "4.52.4":
         raise SystemExit(f"run with transformers 4.52.4, found {transformers.__version__}")
-    models = {name: build(name, model_specs) for name in model_specs}
+    models = build_all(model_specs)
     cases = {}
     for case, (model_name, ids, mask, kwargs) in case_specs.items():
-        model = models[model_name]
-        inputs = {"input_ids": torch.tensor(ids)}
-        if mask is not None:
-            inputs["attention_mask"] = torch.tensor(mask)
-        kwargs = dict(kwargs)
-        if "seed" in kwargs:
-            torch.manual_seed(kwargs.pop("seed"))
-        with torch.no_grad():
-            out = model.generate(**inputs, **kwargs)
+        out = run_case(models[model_name].generate, ids, mask, kwargs)
         entry = {"sequences": out if isinstance(out, torch.Tensor) else out.sequences}
         if not isinstance(out, torch.Tensor):
             for field in ("scores", "logits"):

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama
-from record_contrastive_fixtures import CASES, FIXTURE, MODELS, weights_checksum
+from record_contrastive_fixtures import (
+    CASES,
+    FIXTURE,
+    MODELS,
+    assert_matches_recorded,
+    assert_recorded_models,
+    build_all,
+    run_case,
+)
 
 import genlab
 from genlab.strategies.contrastive import (
@@ -25,36 +32,18 @@ REFERENCE = torch.load(FIXTURE, weights_only=True)
 
 @pytest.fixture(scope="module")
 def models():
-    built = {}
-    for name, spec in MODELS.items():
-        spec = dict(spec)
-        built[name] = tiny_llama(spec.pop("seed"), spec.pop("vocab"), **spec)
-    return built
+    return build_all(MODELS)
 
 
 def test_fixture_models_are_the_recorded_ones(models):
-    assert REFERENCE["transformers"] == "4.52.4"
-    for name, model in models.items():
-        assert weights_checksum(model) == REFERENCE["checksums"][name], name
+    assert_recorded_models(models, REFERENCE)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_matches_transformers_4_52_4(models, case):
     model_name, ids, mask, kwargs = CASES[case]
-    inputs = {"input_ids": torch.tensor(ids)}
-    if mask is not None:
-        inputs["attention_mask"] = torch.tensor(mask)
-    out = genlab.generate(models[model_name], **inputs, **kwargs)
-    ref = REFERENCE["cases"][case]
-    sequences = out if isinstance(out, torch.Tensor) else out.sequences
-    assert torch.equal(sequences, ref["sequences"])
-    for field in ("scores", "logits"):
-        if field in ref:
-            mine = torch.stack(getattr(out, field))
-            assert mine.shape == ref[field].shape
-            assert torch.equal(torch.isinf(mine), torch.isinf(ref[field]))
-            finite = torch.isfinite(ref[field])
-            torch.testing.assert_close(mine[finite], ref[field][finite], atol=1e-4, rtol=0)
+    out = run_case(lambda **k: genlab.generate(models[model_name], **k), ids, mask, kwargs)
+    assert_matches_recorded(out, REFERENCE["cases"][case])
 
 
 def test_padded_row_reaches_eos_then_pads(models):
