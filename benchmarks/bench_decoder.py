@@ -234,20 +234,24 @@ def paired_steps(lm, ids: torch.Tensor, new_tokens: int, probe: torch.Tensor) ->
     )  # fmt: skip
     run.run(max_steps=1)  # the prompt
     fractions = []
+    per_token = weight_bytes_per_token(lm)
     while not run.finished:
-        fractions.append(probed_fraction(lm, lambda: run.run(max_steps=1), probe))
+        fractions.append(probed_fraction(per_token, lambda: run.run(max_steps=1), probe))
     return fractions
 
 
 @torch.inference_mode()
 def paired_matvec(lm, probe: torch.Tensor, steps: int = 40) -> list[float]:
     """As :func:`paired_steps` for the matrix products of a step alone (see matvec_floor)."""
-    return [probed_fraction(lm, lambda: matvec_floor(lm, steps=1), probe) for _ in range(steps)]
+    per_token = weight_bytes_per_token(lm)
+    return [
+        probed_fraction(per_token, lambda: matvec_floor(lm, steps=1), probe) for _ in range(steps)
+    ]
 
 
-def probed_fraction(lm, step, probe: torch.Tensor) -> float:
-    """Run ``step()`` (one token's work), then time ``probe.sum()``: the step's weight-read
-    rate over the probe's read rate."""
+def probed_fraction(per_token: int, step, probe: torch.Tensor) -> float:
+    """Run ``step()`` (one token's work, reading ``per_token`` bytes of weights), then time
+    ``probe.sum()``: the step's weight-read rate over the probe's read rate."""
     start = time.perf_counter()
     step()
     seconds = time.perf_counter() - start
@@ -255,7 +259,7 @@ def probed_fraction(lm, step, probe: torch.Tensor) -> float:
     probe.sum()
     probe_seconds = time.perf_counter() - start
     probe_bytes = probe.numel() * probe.element_size()
-    return (weight_bytes_per_token(lm) / seconds) / (probe_bytes / probe_seconds)
+    return (per_token / seconds) / (probe_bytes / probe_seconds)
 
 
 @torch.inference_mode()

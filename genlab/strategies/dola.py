@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from ..models.base import ModelOutput
 from .base import Selection
-from .sampling import TokenByToken
+from .sampling import GreedySearch, MultinomialSampling, TokenByToken
 
 RELATIVE_TOP = 0.1  # tokens below this fraction of the best final probability are dropped
 BASE_FILTER_VALUE = -1e-3  # what the premature layer's log-prob becomes for dropped tokens
@@ -143,7 +143,7 @@ class DolaDecoding(TokenByToken):
         if not out.hidden_states:
             raise ValueError("DoLa needs every layer's hidden states; the model returned none")
         self.premature = {
-            i: run.model.head_logits(out.hidden_states[i][:, -1, :]).float() for i in self.layers
+            i: run.model.head_logits(out.hidden_states[i][:, -1, :]) for i in self.layers
         }
         return out
 
@@ -154,9 +154,8 @@ class DolaDecoding(TokenByToken):
         return run.apply_processors(run.sequences, scores)
 
     def choose(self, scores: torch.Tensor) -> torch.LongTensor:
-        if self.config.do_sample:
-            return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-        return torch.argmax(scores, dim=-1)
+        base = MultinomialSampling if self.config.do_sample else GreedySearch
+        return base.choose(self, scores)
 
     def select(self, run, scores: torch.Tensor) -> Selection:
         info = {
@@ -184,8 +183,8 @@ def dola_table(steps: Any):
         if info is None:
             continue
         step = getattr(rec, "step", getattr(rec, "index", None))
+        js = info["divergence"]
         for j, layer in enumerate(info["layers"]):
-            js = info["divergence"]
             rows.append(
                 {
                     "step": step,
