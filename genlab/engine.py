@@ -445,7 +445,13 @@ class Run:
     # -- public API ----------------------------------------------------------------------
     @property
     def finished(self) -> bool:
+        """True once a stopping criterion ended every row (or the run was interrupted)."""
         return self._finished
+
+    @property
+    def pending_forced(self) -> tuple[int, ...]:
+        """Token ids queued by :meth:`force` that the next steps will take, in order."""
+        return tuple(self._forced)
 
     def hooks(self, mapping=None, **hooks):
         """Temporary hooks for a ``with`` block: ``with run.hooks(logits=fn): run.step()``."""
