@@ -33,13 +33,10 @@ from genlab.models.llama import (
     additive_mask,
     check_forward_inputs,
     check_positions,
-    head_logits,
-    row_blocks,
     sdpa_keep_mask,
-    split_matmul,
-    split_weight,
     static_keep_mask,
 )
+from genlab.models.matmul import head_logits, row_blocks, split_matmul, split_weight
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {
