@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .ids import check_ids
+
 #: arguments that only mean something for an encoder-decoder model
 ENCODER_DECODER_ONLY = (
     "decoder_input_ids",
@@ -195,14 +197,6 @@ class EncoderDecoderInputs:
             else outputs.GenerateEncoderDecoderOutput
         )
         return cls(**fields)
-
-
-def check_ids(name: str, ids: torch.Tensor, vocab_size: int | None) -> None:
-    if vocab_size is None or ids.dtype not in (torch.long, torch.int) or not ids.numel():
-        return
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
-        bad = ids[(ids < 0) | (ids >= vocab_size)].unique().tolist()[:5]
-        raise ValueError(f"{name} contain ids outside the vocabulary [0, {vocab_size}): {bad}")
 
 
 def _as_tensor(x, name: str, device) -> torch.Tensor | None:

@@ -4,12 +4,18 @@
 4.56.2). It is a :class:`Run` driven to the end; a notebook can instead hold the Run and
 ``step()``, ``force()``, ``rewind()`` and ``fork()`` it. One step::
 
-    forward (new tokens only, KV cache)  -> raw logits          [hook: logits]
-    logits processors, one by one        -> scores              [hook: processor.<Name>]
+    strategy.forward (via the step context) -> raw logits       [hook: logits]
+    strategy.process: logits processors     -> scores           [hook: processor.<Name>]
                                                                  [hook: scores]
-    strategy.select                      -> next tokens         [hook: select]
-    reorder cache for beams, append tokens, strategy bookkeeping (stopping criteria)
-                                                                 [hook: step_end]
+    strategy.select / strategy.force        -> next tokens      [hook: select]
+    append tokens, strategy bookkeeping (stopping criteria), reorder the cache for beams
+    ---- commit ----                                             [hook: step_end]
+
+A step is a transaction: it takes an :class:`~genlab.state.Undo` first, and any error
+before the commit (a hook, a processor, the model, the strategy, KeyboardInterrupt) puts the
+run back exactly as it was and re-raises the error unchanged. ``step_end`` hooks run after
+the commit. Strategies see a :class:`~genlab.context.StepContext`, never the Run; the trace
+observes the hook points like any other hook.
 """
 
 from __future__ import annotations
@@ -17,54 +23,29 @@ from __future__ import annotations
 import copy
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .caches import compiled_forward, make_cache
-from .encdec import check_ids
+from .context import StepContext
 from .hooks import HookRegistry
-from .models.base import ModelOutput
-from .processors import call_processor
+from .ids import as_ids, check_ids, eos_list
+from .models.adapt import as_model
+from .state import RECORDED, STATEFUL_PROCESSORS, Given, Plan, RunState, Snapshot, Undo
 from .strategies import Selection, strategy_for
+from .tokens import show_token
 
 #: keyword arguments of ``generate`` that are inputs, not config fields
 INPUT_KEYS = ("input_ids", "attention_mask", "tokenizer")
-#: processors that keep state between steps (rewinding them needs a replay)
-_STATEFUL_PROCESSORS = (
-    "UnbatchedClassifierFreeGuidanceLogitsProcessor",
-    "SynthIDTextWatermarkLogitsProcessor",
-)
+
+__all__ = ["Run", "Step", "as_model", "generate", "prepare_config", "start"]
 
 
 # ----------------------------------------------------------------------------------------
-# model and config preparation
+# config preparation
 # ----------------------------------------------------------------------------------------
-def as_model(model):
-    """A genlab-protocol model from a genlab model, an ``LM`` or a transformers model."""
-    inner = getattr(model, "model", None)
-    if inner is not None and hasattr(inner, "info") and hasattr(inner, "forward"):
-        return inner  # an LM wrapper
-    if hasattr(model, "info") and hasattr(model, "new_cache"):
-        return model
-    from .models.hf import HFModel, is_transformers_model
-
-    if is_transformers_model(model):
-        wrapped = getattr(model, "_genlab_adapter", None)
-        if wrapped is None:
-            wrapped = HFModel(model)
-            try:
-                model._genlab_adapter = wrapped
-            except AttributeError:
-                pass
-        return wrapped
-    raise TypeError(
-        f"model must be a genlab model, a genlab LM or a transformers PreTrainedModel, "
-        f"got {type(model).__name__}"
-    )
-
-
 def prepare_config(model, generation_config=None, use_model_defaults=None, **kwargs):
     """Base config (the model's defaults or the given one) updated with ``kwargs``.
 
@@ -98,36 +79,6 @@ def prepare_config(model, generation_config=None, use_model_defaults=None, **kwa
     return config, unused
 
 
-def _as_ids(x, name: str) -> torch.LongTensor | None:
-    if x is None:
-        return None
-    if not isinstance(x, torch.Tensor):
-        try:
-            x = torch.tensor(x, dtype=torch.long)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{name} must be a tensor or a (nested) list of ints: {e}") from None
-    if x.dim() == 1:
-        x = x.unsqueeze(0)
-    if x.dim() != 2:
-        raise ValueError(f"{name} must have shape (batch, length), got {tuple(x.shape)}")
-    return x
-
-
-def _eos_list(eos) -> list[int]:
-    if eos is None:
-        return []
-    if isinstance(eos, torch.Tensor):
-        eos = eos.tolist()
-    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
-
-
-def position_ids_from_mask(mask: torch.Tensor, new: int) -> torch.LongTensor:
-    """Positions of the last ``new`` tokens: count of real tokens before each, 1 on pads."""
-    pos = mask.long().cumsum(-1) - 1
-    pos.masked_fill_(mask == 0, 1)
-    return pos[:, -new:]
-
-
 # ----------------------------------------------------------------------------------------
 # records
 # ----------------------------------------------------------------------------------------
@@ -135,9 +86,12 @@ def position_ids_from_mask(mask: torch.Tensor, new: int) -> torch.LongTensor:
 class Step:
     """What one step did.
 
-    tokens: (rows,) chosen ids; parents: (rows,) for beam-like strategies else None;
-    logprobs: (rows,) log-softmax of the final scores at the chosen tokens;
-    text: the chosen tokens as strings when a tokenizer is known.
+    index: the step's number (0 = first generated token); tokens: (rows,) chosen ids, or
+    (rows, n) when a step appends several (assisted decoding); parents: (rows,) the row
+    each new row continues, for beam-like strategies, else None; logprobs: log-softmax of
+    the final scores at the chosen tokens; finished: the run ended with this step;
+    forced: the token came from :meth:`Run.force`; text: the chosen tokens as decoded
+    text, one string per token (when a tokenizer is known); info: strategy details.
     """
 
     index: int
@@ -150,32 +104,38 @@ class Step:
     info: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
-        shown = self.text if self.text is not None else self.tokens.tolist()
-        lp = [round(v, 3) for v in self.logprobs.tolist()]
-        return f"Step({self.index}, tokens={shown}, logprobs={lp}, finished={self.finished})"
+        shown = [show_token(t) for t in self.text] if self.text is not None else None
+        shown = shown if shown is not None else self.tokens.tolist()
+        lp = [round(v, 3) for v in self.logprobs.reshape(-1).tolist()]
+        extra = ", forced" if self.forced else ""
+        return f"Step({self.index}, tokens={shown}, logprobs={lp}, finished={self.finished}{extra})"
 
 
-@dataclass
-class _Snapshot:
-    seq_len: int
-    cache_len: int
-    recorded: dict[str, int]  # length of each recorded-output list
-    strategy: dict
-    rng: torch.Tensor | None
-    config: Any
-    forced: int | None = None
-    extra: dict = field(default_factory=dict)
-
-
-#: the per-step output lists a Run records (scores, raw logits, attentions, hidden states)
-_RECORDED = ("_scores", "_logits", "_attentions", "_cross", "_hidden")
+def _set_up_warnings(fn):
+    """Run ``fn()`` and return (result, the warnings it raised as strings), re-raising them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn()
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return result, tuple(str(w.message) for w in caught)
 
 
 # ----------------------------------------------------------------------------------------
 # the run
 # ----------------------------------------------------------------------------------------
 class Run:
-    """A generation in progress. Create it with :func:`start` or ``lm.start(...)``."""
+    """A generation in progress: step it, force tokens, rewind, fork, edit its config.
+
+    Create it with :func:`start` or ``lm.start(...)`` (same arguments as :func:`generate`,
+    plus ``trace``, ``seed`` and ``keep_history``). A run has three parts: ``given`` (what
+    it was given), ``state`` (what a step changes) and its history (for :meth:`rewind`).
+    ``run.config`` is the GenerationConfig to edit between steps; any change takes effect
+    at the next step, or that step is refused with a ValueError and nothing changes.
+
+    >>> run = lm.start("Once upon a time", do_sample=True, seed=0)   # doctest: +SKIP
+    >>> run.step(); run.config.top_k = 5; run.step(); run.rewind(1)  # doctest: +SKIP
+    """
 
     def __init__(
         self,
@@ -199,76 +159,103 @@ class Run:
         keep_history: bool = False,
         **kwargs,
     ) -> None:
-        self.model = as_model(model)
-        self.info = self.model.info
-        self.tokenizer = tokenizer
-        self.streamer = streamer
-        self.assistant_model = assistant_model
-        self.prefix_allowed_tokens_fn = prefix_allowed_tokens_fn
-        self.user_processors = logits_processor
-        self.user_criteria = stopping_criteria
-        self.negative_prompt_ids = negative_prompt_ids
-        self.negative_prompt_attention_mask = negative_prompt_attention_mask
-        self.keep_history = keep_history
         self.registry = HookRegistry()
+        self._tracer = None
+        self._tracer_off: list = []
         self.interrupted = False
+        self.elapsed = 0.0
+        self.history: list[Step] = []
+        self._snapshots: list[Snapshot] = []
+        self._initial: Snapshot | None = None
+        self._output = None
+        self._ctx = StepContext(self)
 
+        def set_up():
+            return self._set_up(
+                as_model(model),
+                input_ids,
+                attention_mask,
+                generation_config,
+                use_model_defaults,
+                kwargs,
+                dict(
+                    tokenizer=tokenizer,
+                    user_processors=logits_processor,
+                    user_criteria=stopping_criteria,
+                    prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
+                    assistant_model=assistant_model,
+                    negative_prompt_ids=negative_prompt_ids,
+                    negative_prompt_attention_mask=negative_prompt_attention_mask,
+                    streamer=streamer,
+                    seed=seed,
+                    keep_history=keep_history,
+                ),
+            )
+
+        _, caught = _set_up_warnings(set_up)
+        self.given.warnings = caught
+        if self.given.keep_history:
+            self._initial = self._snapshot()
+        if trace:
+            from .trace import Tracer
+
+            self.attach_tracer(Tracer(self, **(trace if isinstance(trace, dict) else {})))
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _set_up(self, model, input_ids, attention_mask, generation_config, use_defaults,
+                kwargs, parts) -> None:  # fmt: skip
+        info = model.info
         inputs = kwargs.pop("inputs", None)
-        config, unused = prepare_config(self.model, generation_config, use_model_defaults, **kwargs)
+        config, unused = prepare_config(model, generation_config, use_defaults, **kwargs)
         if input_ids is None:
             input_ids = unused.pop("input_ids", None) if "input_ids" in unused else inputs
         if attention_mask is None:
             attention_mask = unused.pop("attention_mask", None)
-        # encoder-decoder models: run the encoder once; the Run then works on the decoder
-        self.encdec = None
-        if self.info.is_encoder_decoder:
+        device = getattr(model, "device", None) or torch.device("cpu")
+        encdec = None
+        if info.is_encoder_decoder:  # the encoder runs once; the run works on the decoder
             from .encdec import prepare_encoder_decoder
 
-            self.encdec = prepare_encoder_decoder(
-                self.model,
-                config,
-                input_ids,
-                attention_mask,
-                unused,
-                device=getattr(self.model, "device", None),
+            encdec = prepare_encoder_decoder(
+                model, config, input_ids, attention_mask, unused, device=device
             )
-            input_ids = self.encdec.decoder_input_ids
-            attention_mask = self.encdec.decoder_attention_mask
+            input_ids, attention_mask = encdec.decoder_input_ids, encdec.decoder_attention_mask
         elif unused:
             from .encdec import check_decoder_only_inputs
 
-            check_decoder_only_inputs(unused, self.info.architecture or self.info.name)
+            check_decoder_only_inputs(unused, info.architecture or info.name)
         if unused:
             raise ValueError(
                 f"unknown generate() arguments: {', '.join(sorted(unused))}. They are neither "
                 "GenerationConfig fields nor model inputs (input_ids, attention_mask, tokenizer)."
             )
-        # what the user sees and may edit between steps; lengths are resolved per prompt
-        self.config = config
-        self._has_default_max_length = "max_length" not in kwargs
-        self._has_default_min_length = "min_length" not in kwargs
-
-        # -- inputs ------------------------------------------------------------------------
-        self.device = getattr(self.model, "device", None) or torch.device("cpu")
-        ids = _as_ids(input_ids, "input_ids")
+        ids = as_ids(input_ids, "input_ids")
         if ids is None:
-            bos = config.bos_token_id
-            if bos is None:
+            if config.bos_token_id is None:
                 raise ValueError("input_ids is None and bos_token_id is not set: give a prompt")
-            ids = torch.tensor([[int(bos)]], dtype=torch.long)
-        ids = ids.to(self.device)
-        check_ids("input_ids", ids, self.info.vocab_size)
-        ctx = self.info.max_position_embeddings
+            ids = torch.tensor([[int(config.bos_token_id)]], dtype=torch.long)
+        ids = ids.to(device)
+        check_ids("input_ids", ids, info.vocab_size)
+        ctx = info.max_position_embeddings
         if ctx is not None and ids.shape[1] > ctx:
             raise ValueError(
                 f"the prompt has {ids.shape[1]} tokens but the model's context is {ctx} "
                 "(max_position_embeddings): shorten the prompt"
             )
-        self.prompt_length = ids.shape[1]
-        self._prepare_special_tokens(attention_mask is not None)
-        mask = _as_ids(attention_mask, "attention_mask")
+        eos = eos_list(config.eos_token_id)
+        pad = config.pad_token_id
+        if pad is None and eos:
+            pad = eos[0]
+            if attention_mask is None:
+                warnings.warn(
+                    "attention_mask and pad_token_id were not set; pass attention_mask "
+                    "for reliable results",
+                    stacklevel=4,
+                )
+        pad = None if pad is None else int(pad)
+        mask = as_ids(attention_mask, "attention_mask")
         if mask is None:
-            mask = self._infer_attention_mask(ids)
+            mask = _infer_attention_mask(ids, pad, eos)
         elif mask.shape != ids.shape:
             raise ValueError(
                 f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(ids.shape)}"
@@ -276,284 +263,347 @@ class Run:
         if config.token_healing:  # re-tokenized prompts; the mask stays the original's
             from .healing import heal_tokens
 
-            ids = heal_tokens(self.model, ids, tokenizer)
+            ids = heal_tokens(model, ids, parts["tokenizer"])
             if mask.shape != ids.shape:
-                mask = self._infer_attention_mask(ids)
-        self.batch_size = ids.shape[0]
-        self.input_ids = ids
-        if streamer is not None and getattr(streamer, "is_beam_streamer", False):
-            streamer.attach(self)  # a step_end hook: it reads the beams, put() is not used
-            self.streamer = None
-        elif streamer is not None:
+                mask = _infer_attention_mask(ids, pad, eos)
+        streamer = parts.pop("streamer")
+        if streamer is not None and not getattr(streamer, "is_beam_streamer", False):
             if config.num_beams > 1:
                 raise ValueError(
                     "streamer cannot be used with beam search: use a "
                     "genlab.streamers.BeamStreamer or num_beams=1"
                 )
-
-        # -- config-dependent parts (rebuilt when the config changes between steps) --------
-        self._config_seen: dict | None = None
-        self._refresh_config()
-        expand = self.strategy.rows_per_input(self.gen_config)
-        if self.encdec is not None:
-            self.encdec.expand(expand)
-        self.sequences = ids.repeat_interleave(expand, dim=0)
-        self.attention_mask = mask.to(self.device).repeat_interleave(expand, dim=0)
-        if self.streamer is not None:  # the prompt rows as generation starts (expanded)
-            self.streamer.put(self.sequences.cpu())
-        self.cache = make_cache(
-            self.model,
-            self.sequences.shape[0],
-            self.gen_config,
-            self.mode,
-            assistant_model is not None,
+        self.given = Given(
+            model=model,
+            info=info,
+            device=device,
+            input_ids=ids,
+            prompt_length=ids.shape[1],
+            batch_size=ids.shape[0],
+            pad_token_id=pad,
+            eos_token_ids=eos,
+            encdec=encdec,
+            has_default_max_length="max_length" not in kwargs,
+            has_default_min_length="min_length" not in kwargs,
+            streamer=streamer,
+            **parts,
         )
-        self._compiled = self._compiled_forward()
-        self.step_index = 0
-        self._scores: list[torch.Tensor] = []
-        self._logits: list[torch.Tensor] = []
-        self._attentions: list[Any] = []
-        self._cross: list[Any] = []  # cross-attentions (encoder-decoder models)
-        self._hidden: list[Any] = []
-        self._forced: list[int] = []
-        self._pending_selection_info: dict | None = None
-        self.history: list[Step] = []
-        self._snapshots: list[_Snapshot] = []
-        self._finished = False
-        self._output = None
-        self.strategy.start(self)
-
-        # -- randomness: a Run with a seed owns its random stream (forks stay independent) --
-        self.seed = seed
-        if seed is not None:
-            torch.manual_seed(seed)
-        self._rng = torch.get_rng_state() if seed is not None else None
-        self._initial = self._snapshot() if keep_history else None
-
-        self.tracer = None
-        if trace:
-            from .trace import Tracer
-
-            opts = trace if isinstance(trace, dict) else {}
-            self.tracer = Tracer(self, **opts)
-
-    # -- set-up helpers ------------------------------------------------------------------
-    def _prepare_special_tokens(self, has_mask: bool) -> None:
-        cfg = self.config
-        self.eos_token_ids = _eos_list(cfg.eos_token_id)
-        pad = cfg.pad_token_id
-        if pad is None and self.eos_token_ids:
-            pad = self.eos_token_ids[0]
-            if not has_mask:
-                warnings.warn(
-                    "attention_mask and pad_token_id were not set; pass attention_mask "
-                    "for reliable results",
-                    stacklevel=3,
-                )
-        self.pad_token_id = None if pad is None else int(pad)
-
-    def _infer_attention_mask(self, ids: torch.LongTensor) -> torch.LongTensor:
-        pad = self.pad_token_id
-        if pad is not None and (ids == pad).any() and pad not in self.eos_token_ids:
-            return ids.ne(pad).long()
-        return torch.ones_like(ids)
+        self.config = config
+        plan = self._make_plan(None)
+        strategy = strategy_for(plan.mode)(plan.config)
+        expand = strategy.rows_per_input(plan.config)
+        if encdec is not None:
+            encdec.expand(expand)
+        sequences = ids.repeat_interleave(expand, dim=0)
+        cache = make_cache(model, sequences.shape[0], plan.config, plan.mode,
+                           parts["assistant_model"] is not None)  # fmt: skip
+        plan.compiled = (
+            None if encdec is not None else compiled_forward(model, plan.config, cache, plan.mode)
+        )
+        rng = None
+        if parts["seed"] is not None:  # the run's own random stream; the global one is kept
+            user = torch.get_rng_state()
+            torch.manual_seed(parts["seed"])
+            rng = torch.get_rng_state()
+            torch.set_rng_state(user)
+        self.state = RunState(
+            sequences=sequences,
+            attention_mask=mask.to(device).repeat_interleave(expand, dim=0),
+            cache=cache,
+            plan=plan,
+            strategy=strategy,
+            rng=rng,
+        )
+        strategy.start(self._ctx)
+        if streamer is not None and getattr(streamer, "is_beam_streamer", False):
+            streamer.attach(self)  # a step_end hook: it reads the beams, put() is not used
+            self.given.streamer = None
+        elif streamer is not None:
+            self.state.streaming = True
+            streamer.put(sequences.cpu())  # the prompt rows as generation starts (expanded)
 
     def _effective_config(self):
         """A copy of ``self.config`` with lengths resolved against this prompt."""
+        given = self.given
         cfg = copy.deepcopy(self.config)
-        n = self.prompt_length
+        n = given.prompt_length
         if cfg.max_new_tokens is not None:
             cfg.max_length = cfg.max_new_tokens + n
-        elif self._has_default_max_length and cfg.max_length == 20:
+        elif given.has_default_max_length and cfg.max_length == 20:
             cfg.max_length = 20 + n
-            if self.info.max_position_embeddings is not None:
-                cfg.max_length = min(cfg.max_length, self.info.max_position_embeddings)
+            if given.info.max_position_embeddings is not None:
+                cfg.max_length = min(cfg.max_length, given.info.max_position_embeddings)
         if cfg.min_new_tokens is not None:
             cfg.min_length = cfg.min_new_tokens + n
-        if cfg.pad_token_id is None and self.pad_token_id is not None:
-            cfg.pad_token_id = self.pad_token_id
+        if cfg.pad_token_id is None and given.pad_token_id is not None:
+            cfg.pad_token_id = given.pad_token_id
         return cfg
 
-    def _refresh_config(self) -> None:
-        """(Re)build processors, stopping criteria and the strategy after a config change."""
+    def _config_values(self) -> dict:
         # shallow copies of what is mutable, so that a value edited in place counts as a change
-        values = vars(self.config).items()
-        seen = {k: v if isinstance(v, _IMMUTABLE) else copy.copy(v) for k, v in values}
-        if seen == self._config_seen:
-            return
-        self.config.validate()
-        self.config.check_token_ids(self.info.vocab_size)
-        cfg = self._effective_config()
-        mode = cfg.get_generation_mode(self.assistant_model)
-        mode = getattr(mode, "value", mode)
-        cls = strategy_for(mode)
-        old = getattr(self, "strategy", None)
-        if old is not None and type(old) is not cls:
-            if (
-                old.reorders_rows
-                or cls.reorders_rows
-                or cls.rows_per_input(cfg) != old.rows_per_input(old.config)
-            ):
-                raise ValueError(
-                    f"cannot switch a running generation from {old.mode} to {mode}: start a new "
-                    "run (or fork before changing num_beams / num_return_sequences)"
-                )
+        return {
+            k: v if isinstance(v, _IMMUTABLE) else copy.copy(v)
+            for k, v in vars(self.config).items()
+        }
+
+    def _make_plan(self, seen: dict | None) -> Plan:
+        """Processors, stopping criteria and mode for the current config (validated)."""
         from .processors import build_processors
         from .stopping import build_stopping_criteria
 
-        self.processors = build_processors(
+        given = self.given
+        self.config.validate()
+        self.config.check_token_ids(given.info.vocab_size)
+        cfg = self._effective_config()
+        mode = cfg.get_generation_mode(given.assistant_model)
+        mode = getattr(mode, "value", mode)
+        strategy_for(mode)  # an unknown mode fails here, before anything is built
+        encoder_ids = given.input_ids if given.encdec is None else given.encdec.encoder_input_ids
+        processors = build_processors(
             cfg,
-            input_ids_seq_length=self.prompt_length,
-            encoder_input_ids=self.input_ids
-            if self.encdec is None
-            else self.encdec.encoder_input_ids,
-            prefix_allowed_tokens_fn=self.prefix_allowed_tokens_fn,
-            logits_processor=self.user_processors,
-            model=self.model,
-            negative_prompt_ids=self.negative_prompt_ids,
-            negative_prompt_attention_mask=self.negative_prompt_attention_mask,
-            device=self.device,
-            vocab_size=self.info.vocab_size,
+            input_ids_seq_length=given.prompt_length,
+            encoder_input_ids=encoder_ids,
+            prefix_allowed_tokens_fn=given.prefix_allowed_tokens_fn,
+            logits_processor=given.user_processors,
+            model=given.model,
+            negative_prompt_ids=given.negative_prompt_ids,
+            negative_prompt_attention_mask=given.negative_prompt_attention_mask,
+            device=given.device,
+            vocab_size=given.info.vocab_size,
             is_beam_sampling=mode == "beam_sample",
         )
-        self.stopping_criteria = build_stopping_criteria(
+        criteria = build_stopping_criteria(
             cfg,
-            tokenizer=self.tokenizer,
-            user_criteria=self.user_criteria,
-            max_position_embeddings=self.info.max_position_embeddings,
+            tokenizer=given.tokenizer,
+            user_criteria=given.user_criteria,
+            max_position_embeddings=given.info.max_position_embeddings,
         )
-        self.has_eos_stopping = any(hasattr(c, "eos_token_id") for c in self.stopping_criteria)
-        if old is None or type(old) is not cls:
-            new = cls(cfg)
-            if old is not None:
-                new.set_state(old.get_state())
-            self.strategy = new
+        return Plan(
+            config=cfg,
+            mode=mode,
+            processors=processors,
+            stopping_criteria=criteria,
+            has_eos_stopping=any(hasattr(c, "eos_token_id") for c in criteria),
+            compiled=None,
+            seen=seen if seen is not None else self._config_values(),
+        )
+
+    def _refresh_plan(self) -> None:
+        """Rebuild the plan (and the strategy, on a mode switch) after a config change."""
+        state = self.state
+        seen = self._config_values()
+        if seen == state.plan.seen:
+            return
+        plan = self._make_plan(seen)
+        old = state.strategy
+        cls = strategy_for(plan.mode)
+        if type(old) is cls:
+            old.config = plan.config  # beam strategies refuse changes of their row layout
+            strategy = old
         else:
-            old.config = cfg
-        self.gen_config = cfg
-        self.mode = mode
-        self._config_seen = seen
-        if hasattr(self, "cache"):  # a config change may turn compiling on or off
-            self._compiled = self._compiled_forward()
+            strategy = _switch_strategy(old, cls, plan, state.plan, self._ctx)
+        if self.given.encdec is None:  # a config change may turn compiling on or off
+            plan.compiled = compiled_forward(self.given.model, plan.config, state.cache, plan.mode)
+        state.plan, state.strategy = plan, strategy
 
-    def _compiled_forward(self):
-        """The compiled forward for decoding steps, or None (genlab/caches.py decides)."""
-        if self.encdec is not None:
-            return None
-        return compiled_forward(self.model, self.gen_config, self.cache, self.mode)
-
-    # -- public API ----------------------------------------------------------------------
+    # -- public API --------------------------------------------------------------------------
     @property
     def finished(self) -> bool:
         """True once a stopping criterion ended every row (or the run was interrupted)."""
-        return self._finished
+        return self.state.finished
 
     @property
     def pending_forced(self) -> tuple[int, ...]:
         """Token ids queued by :meth:`force` that the next steps will take, in order."""
-        return tuple(self._forced)
+        return tuple(self.state.forced)
+
+    @property
+    def tracer(self):
+        """The :class:`~genlab.trace.Tracer` recording this run (``trace=True``), or None."""
+        return self._tracer
+
+    def attach_tracer(self, tracer) -> None:
+        """Record with ``tracer`` (a :class:`~genlab.trace.Tracer` or subclass) from the next
+        step on, in place of the current one. It observes the hook points."""
+        for off in self._tracer_off:
+            off()
+        self._tracer = tracer
+        self._tracer_off = [] if tracer is None else tracer.attach(self.registry)
 
     def hooks(self, mapping=None, **hooks):
         """Temporary hooks for a ``with`` block: ``with run.hooks(logits=fn): run.step()``."""
         return self.registry.temporary(mapping, **hooks)
 
     def add_hook(self, name: str, fn):
-        """Register a permanent hook; returns a function that removes it."""
+        """Register a permanent hook ``fn(value, *, step)``; returns a function removing it."""
         return self.registry.add(name, fn)
 
+    def set(self, **fields) -> Run:
+        """Change config fields now, checked at once: a value or a mode switch that cannot
+        apply is refused with a ValueError and the config stays as it was.
+
+        >>> run.set(top_k=5, temperature=0.7)   # doctest: +SKIP
+        """
+        before = copy.deepcopy(self.config)
+        state = self.state
+        plan, strategy = state.plan, state.strategy
+        strategy_state = strategy.get_state()
+        try:
+            unused = self.config.update(**fields)
+            if unused:
+                raise ValueError(f"not GenerationConfig fields: {', '.join(sorted(unused))}")
+            self._refresh_plan()
+        except BaseException:
+            self.config = before
+            state.plan, state.strategy = plan, strategy
+            strategy.set_state(strategy_state)
+            raise
+        return self
+
     def force(self, token) -> Run:
-        """Make the next step(s) choose ``token`` (an id, a token string or a text)."""
+        """Make the next step(s) choose ``token``: an id, a list of ids, a token string or
+        a text (all of its tokens, one per step). Queued ids: :attr:`pending_forced`."""
+        ids = self._forced_ids(token)
+        self.state.forced = [*self.state.forced, *ids]
+        return self
+
+    def _forced_ids(self, token) -> list[int]:
+        vocab_size = self.given.info.vocab_size
+        tok = self.given.tokenizer
         if isinstance(token, str):
-            if self.tokenizer is None:
+            if tok is None:
                 raise ValueError("forcing text needs a tokenizer; pass a token id instead")
-            vocab = self.tokenizer.get_vocab()
-            ids = (
-                [vocab[token]]
-                if token in vocab
-                else self.tokenizer.encode(token, add_special_tokens=False)
-            )
+            if token == "":
+                raise ValueError("force('') has no tokens to force: give a text or a token id")
+            vocab = tok.get_vocab()
+            ids = [vocab[token]] if token in vocab else tok.encode(token, add_special_tokens=False)
             if not ids:
                 raise ValueError(f"{token!r} encodes to no tokens")
-        else:
-            ids = [int(t) for t in (token if isinstance(token, (list, tuple)) else [token])]
-        for t in ids:
-            if not 0 <= t < self.info.vocab_size:
-                raise ValueError(f"forced token id {t} is outside [0, {self.info.vocab_size})")
-        self._forced.extend(ids)
-        return self
+            return [int(i) for i in ids]
+        items = list(token) if isinstance(token, (list, tuple)) else [token]
+        if isinstance(token, torch.Tensor):
+            items = token.reshape(-1).tolist()
+        if not items:
+            raise ValueError("force([]) has no tokens to force: give a text or token ids")
+        ids = []
+        for t in items:
+            if isinstance(t, torch.Tensor) and t.numel() == 1:
+                t = t.item()
+            if isinstance(t, bool) or not isinstance(t, int):
+                raise ValueError(
+                    f"force takes token ids (ints) or text, got {t!r} ({type(t).__name__}): "
+                    "pass an int id, a list of int ids or a string"
+                )
+            if not 0 <= t < vocab_size:
+                raise ValueError(f"forced token id {t} is outside [0, {vocab_size})")
+            ids.append(int(t))
+        return ids
 
     def step(self) -> Step | None:
         """Advance one token; returns the Step record (None when already finished)."""
-        if self._finished:
+        if self.state.finished:
             return None
-        record = self._step(want_record=True)
-        return record
+        return self._step(want_record=True)
 
     def run(self, max_steps: int | None = None):
-        """Step until a stopping criterion ends the generation (or ``max_steps`` steps)."""
+        """Step until a stopping criterion ends the generation (or ``max_steps`` steps);
+        returns the output. KeyboardInterrupt keeps every step finished so far."""
         n = 0
+        t0 = time.perf_counter()
+        want = self.given.keep_history
         try:
-            while not self._finished and (max_steps is None or n < max_steps):
-                self._step(want_record=bool(self.registry.has("step_end")) or self.keep_history)
+            while not self.state.finished and (max_steps is None or n < max_steps):
+                self._step(want_record=want)
                 n += 1
         except KeyboardInterrupt:
             self.interrupted = True
             warnings.warn(
-                f"generation interrupted after {self.step_index} steps; the tokens "
+                f"generation interrupted after {self.state.step_index} steps; the tokens "
                 "produced so far are kept",
                 stacklevel=2,
             )
-            self._finish()
-        if self._finished or self.interrupted:
+            self._finish(self.state)
+        finally:
+            self.elapsed += time.perf_counter() - t0
+        if self.state.finished or self.interrupted:
             return self.output
         return None
 
+    def stop(self) -> Run:
+        """End the run now, keeping every step so far (``interrupted`` becomes True); a
+        :meth:`rewind` makes it steppable again."""
+        if not self.state.finished:
+            self.interrupted = True
+            self._finish(self.state)
+            self._output = None
+        return self
+
     def rewind(self, n: int = 1) -> Run:
-        """Undo the last ``n`` steps, restoring the exact earlier state (cache included)."""
-        if not self.keep_history:
+        """Undo the last ``n`` steps, restoring the exact earlier state: tokens, cache,
+        random state, config and forced queue. ``rewind(0)`` does nothing."""
+        if not self.given.keep_history:
             raise ValueError(
                 "this run keeps no history: start it with keep_history=True "
                 "(lm.start does) to rewind"
             )
-        if not 0 <= n <= self.step_index:
-            raise ValueError(f"can rewind 0..{self.step_index} steps, not {n}")
-        target = self.step_index - n
-        stateful = any(type(p).__name__ in _STATEFUL_PROCESSORS for p in self.processors)
-        if self.strategy.reorders_rows or stateful:
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.state.step_index:
+            raise ValueError(f"can rewind 0..{self.state.step_index} steps, not {n!r}")
+        if n == 0:
+            return self
+        target = self.state.step_index - n
+        stateful = any(type(p).__name__ in STATEFUL_PROCESSORS for p in self.processors)
+        if self.state.strategy.reorders_rows or stateful:
             self._replay(target)
         else:
-            self._restore(self._snapshots[target])
+            self._restore(self._snapshots[target], target)
             del self._snapshots[target:]
             del self.history[target:]
-            self.step_index = target
-        self._finished = False
+        self.state.finished = False
+        self.interrupted = False
         self._output = None
-        if self.tracer is not None:
-            self.tracer.truncate(target)
+        if self._tracer is not None:
+            self._tracer.truncate(target)
         return self
 
     def fork(self) -> Run:
-        """An independent copy: stepping one does not change the other."""
+        """An independent copy (cache, config, strategy, forced queue, hooks, trace):
+        stepping one does not change the other."""
         other = copy.copy(self)
-        keep = {id(self.model): self.model, id(self.tokenizer): self.tokenizer}
-        hf = getattr(self.model, "hf", None)
+        given = self.given
+        keep = {id(given.model): given.model, id(given.tokenizer): given.tokenizer}
+        hf = getattr(given.model, "hf", None)
         if hf is not None:
             keep[id(hf)] = hf
-        other.cache = self.cache.copy()
+        other.given = copy.copy(given)
+        other.given.streamer = None
+        st = self.state
+        plan = copy.copy(st.plan)
+        plan.config = copy.deepcopy(st.plan.config)
+        plan.processors = copy.deepcopy(st.plan.processors, memo=dict(keep))
+        plan.stopping_criteria = copy.deepcopy(st.plan.stopping_criteria, memo=dict(keep))
+        plan.seen = dict(st.plan.seen)
+        other.state = RunState(
+            sequences=st.sequences.clone(),
+            attention_mask=st.attention_mask.clone(),
+            cache=st.cache.copy(),
+            plan=plan,
+            strategy=copy.deepcopy(st.strategy),
+            recorded={k: list(v) for k, v in st.recorded.items()},
+            rng=None if st.rng is None else st.rng.clone(),
+            forced=list(st.forced),
+            step_index=st.step_index,
+            finished=st.finished,
+            streaming=False,
+        )
+        other.state.strategy.config = plan.config
         other.config = copy.deepcopy(self.config)
-        other.gen_config = copy.deepcopy(self.gen_config)
-        other.processors = copy.deepcopy(self.processors, memo=dict(keep))
-        other.stopping_criteria = copy.deepcopy(self.stopping_criteria, memo=dict(keep))
-        other.strategy = copy.deepcopy(self.strategy)
         other.registry = self.registry.copy()
-        other.sequences = self.sequences.clone()
-        other.attention_mask = self.attention_mask.clone()
-        for name in (*_RECORDED, "_forced", "history", "_snapshots"):
-            setattr(other, name, list(getattr(self, name)))
-        other._config_seen = dict(self._config_seen)
-        other._rng = None if self._rng is None else self._rng.clone()
-        other.streamer = None
-        other.tracer = None if self.tracer is None else self.tracer.fork(other)
+        other.history = list(self.history)
+        other._snapshots = list(self._snapshots)
+        other._ctx = StepContext(other)
+        other._tracer, other._tracer_off = None, []
+        if self._tracer is not None:
+            other.attach_tracer(self._tracer.fork(other))
         return other
 
     @property
@@ -565,157 +615,139 @@ class Run:
 
     def recorded_scores(self):
         """What the reference hands stopping criteria as ``scores``."""
-        cfg = self.gen_config
+        cfg = self.state.plan.config
         if cfg.return_dict_in_generate and cfg.output_scores:
-            return tuple(self._scores)
+            return tuple(self.state.recorded["scores"])
         return None
 
-    # -- the step ------------------------------------------------------------------------
-    def apply_processors(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs):
-        """Run the logits processors in order, firing ``processor.<Name>`` hooks."""
-        registry, tracer = self.registry, self.tracer
-        if not registry.wants_processors() and tracer is None:
-            return self.processors(input_ids, scores, **kwargs)
-        for proc in self.processors:
-            scores = call_processor(proc, input_ids, scores, **kwargs)
-            name = type(proc).__name__
-            if registry:
-                scores = registry.fire(f"processor.{name}", scores, self.step_index)
-            if tracer is not None:
-                tracer.on_stage(self.step_index, name, scores)
-        return scores
+    # -- read-only views of the parts -----------------------------------------------------------
+    model = property(lambda self: self.given.model, doc="The genlab-protocol model.")
+    info = property(lambda self: self.given.info, doc="The model's ModelInfo.")
+    tokenizer = property(lambda self: self.given.tokenizer, doc="The tokenizer (or None).")
+    device = property(lambda self: self.given.device, doc="Where the run's tensors live.")
+    input_ids = property(lambda self: self.given.input_ids, doc="(batch, length) the prompt.")
+    prompt_length = property(lambda self: self.given.prompt_length, doc="Prompt tokens.")
+    batch_size = property(lambda self: self.given.batch_size, doc="Number of prompts.")
+    streamer = property(lambda self: self.given.streamer, doc="The streamer (or None).")
+    warnings = property(lambda self: self.given.warnings, doc="Warnings raised at the start.")
+    pad_token_id = property(lambda self: self.given.pad_token_id, doc="Padding id in use.")
+    eos_token_ids = property(lambda self: self.given.eos_token_ids, doc="EOS ids, a list.")
+    sequences = property(lambda self: self.state.sequences, doc="(rows, length) all tokens.")
+    attention_mask = property(lambda self: self.state.attention_mask, doc="(rows, length).")
+    cache = property(lambda self: self.state.cache, doc="The KV cache.")
+    step_index = property(lambda self: self.state.step_index, doc="Steps taken so far.")
+    strategy = property(lambda self: self.state.strategy, doc="The decoding strategy.")
+    gen_config = property(lambda self: self.state.plan.config, doc="The effective config.")
+    mode = property(lambda self: self.state.plan.mode, doc="The generation mode's name.")
+    processors = property(lambda self: self.state.plan.processors, doc="The processors.")
+    stopping_criteria = property(
+        lambda self: self.state.plan.stopping_criteria, doc="The stopping criteria."
+    )
 
-    def _forward(self, hidden_states: bool = False) -> ModelOutput:
-        """One forward over the tokens the cache has not seen; ``hidden_states=True`` asks
-        for every layer's hidden states whatever the config says (DoLa reads them)."""
-        cfg = self.gen_config
-        # use_cache=False: every step runs the whole sequence through a fresh cache
-        cache = (
-            self.cache
-            if cfg.use_cache is not False
-            else self.model.new_cache(self.sequences.shape[0])
-        )
-        past = cache.length()
-        new = self.sequences[:, past:]
-        # the prompt runs eagerly; with a static cache, decoding steps may run compiled
-        forward = self._compiled if past and self._compiled is not None else self.model.forward
-        return forward(
-            new,
-            attention_mask=self.attention_mask,
-            position_ids=position_ids_from_mask(self.attention_mask, new.shape[1]),
-            cache=cache,
-            logits_to_keep=1,
-            output_attentions=bool(cfg.output_attentions),
-            output_hidden_states=bool(cfg.output_hidden_states) or hidden_states,
-            **(self.encdec.step_inputs() if self.encdec is not None else {}),
-        )
-
+    # -- the step --------------------------------------------------------------------------------
     def _step(self, want_record: bool) -> Step | None:
         # A run started under torch.inference_mode() holds inference tensors (its cache is
         # written in place every step); it goes on in that mode wherever it is stepped.
-        if self.sequences.is_inference() and not torch.is_inference_mode_enabled():
+        if self.state.sequences.is_inference() and not torch.is_inference_mode_enabled():
             with torch.inference_mode():
-                return self._advance(want_record)
+                return self._transaction(want_record)
         with torch.no_grad():
-            return self._advance(want_record)
+            return self._transaction(want_record)
 
-    def _advance(self, want_record: bool) -> Step | None:
-        if self._rng is not None:
-            torch.set_rng_state(self._rng)
-        self._refresh_config()
-        self._output = None  # a partial output read mid-run is stale after this step
-        if self.keep_history:
-            self._snapshots.append(self._snapshot())
-        registry, tracer, idx = self.registry, self.tracer, self.step_index
-        cfg = self.gen_config
+    def _transaction(self, want_record: bool) -> Step | None:
+        undo = Undo.take(self.state)
+        snap = self._snapshot(undo) if self.given.keep_history else None
+        user_rng = None
+        if self.state.rng is not None:
+            user_rng = torch.get_rng_state()
+            torch.set_rng_state(self.state.rng)
+        try:
+            state = copy.copy(self.state)  # the step writes a new state object ...
+            state.recorded = {k: list(v) for k, v in state.recorded.items()}
+            self.state = state
+            record, took = self._compute(state, want_record)
+        except BaseException:
+            self.state = undo.restore()  # ... or puts the old one back, as it was
+            if user_rng is not None:
+                torch.set_rng_state(user_rng)
+            raise
+        if user_rng is not None:
+            state.rng = torch.get_rng_state()
+            torch.set_rng_state(user_rng)
+        # ---- committed ----
+        self._output = None
+        if snap is not None:
+            snap.took_forced = took
+            self._snapshots.append(snap)
+            if record is not None:
+                self.history.append(record)
+        if record is not None and self.registry.has("step_end"):
+            self.registry.fire("step_end", record, record.index)
+        return record
+
+    def _compute(self, state: RunState, want_record: bool) -> tuple[Step | None, int | None]:
+        """One step on ``state`` (a copy the transaction owns); returns its record and the
+        forced id it took."""
+        self._refresh_plan()
+        registry, ctx, strategy = self.registry, self._ctx, state.strategy
+        cfg, idx = state.plan.config, state.step_index
 
         # 1. forward pass over the tokens the cache has not seen
-        out = self.strategy.forward(self)
+        out = strategy.forward(ctx)
         logits = out.logits[:, -1, :].to(dtype=torch.float32, copy=True)
         if registry:
             logits = registry.fire("logits", logits, idx)
-        if tracer is not None:
-            tracer.on_logits(idx, logits)
 
         # 2. logits processors (the strategy decides how: beams take a log-softmax first)
-        scores = self.strategy.process(self, logits)
+        scores = strategy.process(ctx, logits)
         if registry:
             scores = registry.fire("scores", scores, idx)
-        if tracer is not None:
-            tracer.on_stage(idx, "final", scores)
 
-        # 3. record what the reference records
-        if cfg.return_dict_in_generate:
-            if cfg.output_scores:
-                self._scores.append(scores)
-            if cfg.output_logits:
-                self._logits.append(logits)
-            if cfg.output_attentions:
-                self._attentions.append(out.attentions)
-                if self.encdec is not None:
-                    self._cross.append(getattr(out, "cross_attentions", None))
-            if cfg.output_hidden_states:
-                self._hidden.append(out.hidden_states)
-
-        # 4. choose
-        forced = self._forced.pop(0) if self._forced else None
-        if forced is not None:
-            sel = self.strategy.force(self, scores, forced)
-        else:
-            sel = self.strategy.select(self, scores)
-        if registry:
+        # 3. choose
+        took = state.forced[0] if state.forced else None
+        sel = strategy.select(ctx, scores) if took is None else strategy.force(ctx, scores, took)
+        if registry.has("select"):
             tokens = registry.fire("select", sel.tokens, idx)
+            check_ids("tokens returned by the 'select' hook", tokens, self.given.info.vocab_size)
             sel = Selection(tokens, sel.parents, sel.info, sel.scores, sel.logits)
-        if self.keep_history:
-            self._snapshots[-1].forced = forced
 
-        # 5. update: reorder rows for beams, append tokens, bookkeeping
-        if sel.parents is not None:
-            if not torch.equal(sel.parents, torch.arange(len(sel.parents), device=self.device)):
-                # the mask stays in place, as in the reference: rows of one input share it
-                self.cache.reorder(sel.parents)
-                self.sequences = self.sequences[sel.parents]
-        # several tokens per row when a strategy accepts a draft (assisted decoding)
-        new = sel.tokens if sel.tokens.dim() == 2 else sel.tokens[:, None]
-        if sel.scores is not None and cfg.return_dict_in_generate:
+        # 4. the new state: recorded outputs, tokens, mask, bookkeeping
+        rec = state.recorded
+        if cfg.return_dict_in_generate:
+            several = sel.scores is not None
             if cfg.output_scores:
-                self._scores[-1:] = list(sel.scores)
+                rec["scores"].extend(sel.scores if several else (scores,))
             if cfg.output_logits:
-                self._logits[-1:] = list(sel.logits)
-        self.sequences = torch.cat([self.sequences, new], dim=-1)
-        self.attention_mask = torch.cat(
-            [
-                self.attention_mask,
-                self.attention_mask.new_ones((self.attention_mask.shape[0], new.shape[1])),
-            ],
-            dim=-1,
+                rec["logits"].extend(sel.logits if several else (logits,))
+            if cfg.output_attentions:
+                rec["attentions"].append(out.attentions)
+                if self.given.encdec is not None:
+                    rec["cross"].append(getattr(out, "cross_attentions", None))
+            if cfg.output_hidden_states:
+                rec["hidden"].append(out.hidden_states)
+        new = sel.tokens if sel.tokens.dim() == 2 else sel.tokens[:, None]
+        reorder = sel.parents is not None and not torch.equal(
+            sel.parents, torch.arange(len(sel.parents), device=sel.parents.device)
         )
-        if self.streamer is not None:
-            self.streamer.put(new.cpu() if sel.tokens.dim() == 2 else sel.tokens.cpu())
-        self.strategy.update(self, sel)
-        self.step_index += 1
-        done = self.strategy.is_done(self)
-
+        sequences = state.sequences[sel.parents] if reorder else state.sequences
+        state.sequences = torch.cat([sequences, new], dim=-1)
+        mask = state.attention_mask  # rows of one input share it, as in the reference
+        state.attention_mask = torch.cat([mask, mask.new_ones((mask.shape[0], new.shape[1]))], -1)
+        if took is not None:
+            state.forced = state.forced[1:]
+        strategy.update(ctx, sel)
+        state.step_index = idx + 1
+        done = strategy.is_done(ctx)
         record = None
-        if want_record or tracer is not None:
-            record = self._record(idx, sel, scores, forced is not None, done)
-            if tracer is not None:
-                tracer.on_step_end(
-                    idx,
-                    record,
-                    sel
-                    if sel.tokens.dim() == 1
-                    else Selection(sel.tokens[:, 0], sel.parents, sel.info),
-                )
-            if registry:
-                registry.fire("step_end", record, idx)
-            if self.keep_history:
-                self.history.append(record)
-        if self._rng is not None:
-            self._rng = torch.get_rng_state()
+        if want_record or registry.has("step_end"):
+            record = self._record(idx, sel, scores, took is not None, done)
+        if state.streaming:
+            self.given.streamer.put(new.cpu() if sel.tokens.dim() == 2 else sel.tokens.cpu())
+        if reorder:  # last: an in-place reorder of the cache cannot be undone
+            state.cache.reorder(sel.parents)
         if done:
-            self._finish()
-        return record
+            self._finish(state)
+        return record, took
 
     def _record(self, idx, sel: Selection, scores, forced: bool, done: bool) -> Step:
         if sel.parents is not None:
@@ -733,36 +765,39 @@ class Run:
             logprobs = torch.log_softmax(scores.float(), dim=-1).gather(1, sel.tokens[:, None])
             logprobs = logprobs[:, 0]
         text = None
-        if self.tokenizer is not None:
-            text = self.tokenizer.convert_ids_to_tokens(sel.tokens.reshape(-1).tolist())
+        tok = self.given.tokenizer
+        if tok is not None and hasattr(tok, "decode"):
+            text = [tok.decode([t]) for t in sel.tokens.reshape(-1).tolist()]
         return Step(idx, sel.tokens, sel.parents, logprobs, done, forced, text, sel.info)
 
-    def _finish(self) -> None:
-        self._finished = True
-        if self.streamer is not None:
-            self.streamer.end()
-            self.streamer = None
+    def _finish(self, state: RunState) -> None:
+        state.finished = True
+        if state.streaming:
+            state.streaming = False
+            self.given.streamer.end()
 
     def _build_output(self):
-        fields = self.strategy.finalize(self)
-        cfg = self.gen_config
+        state = self.state
+        fields = state.strategy.finalize(self._ctx)
+        cfg = state.plan.config
         if not cfg.return_dict_in_generate:
             out = fields["sequences"]
         else:
             from . import outputs
 
-            past = getattr(self.cache, "inner", self.cache) if cfg.use_cache else None
+            rec = state.recorded
+            past = getattr(state.cache, "inner", state.cache) if cfg.use_cache else None
             common = dict(
-                scores=tuple(self._scores) if cfg.output_scores else None,
-                logits=tuple(self._logits) if cfg.output_logits else None,
-                attentions=tuple(self._attentions) if cfg.output_attentions else None,
-                hidden_states=tuple(self._hidden) if cfg.output_hidden_states else None,
+                scores=tuple(rec["scores"]) if cfg.output_scores else None,
+                logits=tuple(rec["logits"]) if cfg.output_logits else None,
+                attentions=tuple(rec["attentions"]) if cfg.output_attentions else None,
+                hidden_states=tuple(rec["hidden"]) if cfg.output_hidden_states else None,
                 past_key_values=past,
             )
             common.update(fields)
-            if self.encdec is not None:  # decoder_* / cross / encoder_* field names
-                cross = tuple(self._cross) if cfg.output_attentions else None
-                out = self.encdec.build_output(cfg, common, cross)
+            if self.given.encdec is not None:  # decoder_* / cross / encoder_* field names
+                cross = tuple(rec["cross"]) if cfg.output_attentions else None
+                out = self.given.encdec.build_output(cfg, common, cross)
             else:
                 cls = (
                     outputs.GenerateBeamDecoderOnlyOutput
@@ -771,75 +806,162 @@ class Run:
                 )
                 out = cls(**common)
         if self.registry:
-            out = self.registry.fire("finish", out, self.step_index)
+            out = self.registry.fire("finish", out, state.step_index)
         return out
 
-    # -- history ---------------------------------------------------------------------------
-    def _snapshot(self) -> _Snapshot:
-        return _Snapshot(
-            seq_len=self.sequences.shape[1],
-            cache_len=self.cache.length(),
-            recorded={name: len(getattr(self, name)) for name in _RECORDED},
-            strategy=self.strategy.get_state(),
-            rng=self._rng.clone() if self._rng is not None else torch.get_rng_state(),
+    # -- history -------------------------------------------------------------------------------
+    def _snapshot(self, undo: Undo | None = None) -> Snapshot:
+        st = self.state
+        rng = st.rng if st.rng is not None else (undo.global_rng if undo else None)
+        return Snapshot(
+            sequences=st.sequences,
+            attention_mask=st.attention_mask,
+            cache_len=st.cache.length(),
+            lengths={k: len(v) for k, v in st.recorded.items()},
+            strategy=st.strategy,
+            strategy_state=undo.strategy_state if undo else st.strategy.get_state(),
+            plan=st.plan,
+            rng=(rng if rng is not None else torch.get_rng_state()).clone(),
             config=copy.deepcopy(self.config),
-            extra={"sequences": self.sequences, "attention_mask": self.attention_mask},
+            forced=list(st.forced),
+            streaming=st.streaming,
         )
 
-    def _restore(self, snap: _Snapshot) -> None:
-        self.sequences = snap.extra["sequences"]
-        self.attention_mask = snap.extra["attention_mask"]
-        self.cache.crop(snap.cache_len)
-        self.strategy.set_state(snap.strategy)
-        for name, n in snap.recorded.items():
-            del getattr(self, name)[n:]
-        if self._rng is not None:
-            self._rng = snap.rng.clone()
+    def _restore(self, snap: Snapshot, target: int) -> None:
+        st = self.state
+        st.sequences, st.attention_mask = snap.sequences, snap.attention_mask
+        st.cache.crop(snap.cache_len)
+        st.strategy, st.plan = snap.strategy, snap.plan
+        st.strategy.set_state(snap.strategy_state)
+        st.strategy.config = snap.plan.config
+        for name, n in snap.lengths.items():
+            del st.recorded[name][n:]
+        if st.rng is not None:
+            st.rng = snap.rng.clone()
         else:
             torch.set_rng_state(snap.rng)
         self.config = copy.deepcopy(snap.config)
+        st.forced = list(snap.forced)
+        st.step_index = target
 
     def _replay(self, target: int) -> None:
         """Rebuild the state after ``target`` steps by re-running them from the start."""
-        plan = [(s.config, s.forced) for s in self._snapshots[:target]]
+        plan = [(s.config, s.took_forced) for s in self._snapshots[:target]]
+        forced_after = list(self._snapshots[target].forced)
         init = self._initial
-        self.cache = make_cache(
-            self.model,
-            init.extra["sequences"].shape[0],
-            self.gen_config,
-            self.mode,
-            self.assistant_model is not None,
+        st = self.state
+        st.cache = make_cache(
+            self.given.model,
+            init.sequences.shape[0],
+            init.plan.config,
+            init.plan.mode,
+            self.given.assistant_model is not None,
         )
-        self.sequences = init.extra["sequences"]
-        self.attention_mask = init.extra["attention_mask"]
-        self.strategy.set_state(init.strategy)
-        for name in _RECORDED:
-            getattr(self, name).clear()
-        if self._rng is not None:
-            self._rng = init.rng.clone()
+        st.sequences, st.attention_mask = init.sequences, init.attention_mask
+        st.strategy, st.plan = init.strategy, init.plan
+        st.strategy.set_state(init.strategy_state)
+        st.strategy.config = init.plan.config
+        restore_processors_fresh(self, init)
+        for name in RECORDED:
+            st.recorded[name].clear()
+        if st.rng is not None:
+            st.rng = init.rng.clone()
         else:
             torch.set_rng_state(init.rng)
-        self._config_seen = None
-        pending = list(self._forced)
-        registry, tracer, history = self.registry, self.tracer, self.history
-        self.registry, self.tracer = HookRegistry(), None
-        self._snapshots, self.history, self.step_index, self._finished = [], [], 0, False
+        st.step_index, st.finished = 0, False
+        registry, tracer, history = self.registry, self._tracer, self.history
+        self.registry, self._tracer = HookRegistry(), None
+        self._snapshots, self.history = [], []
         try:
-            for config, forced in plan:
+            for config, took in plan:
                 self.config = copy.deepcopy(config)
-                self._forced = [] if forced is None else [forced]
+                self.state.forced = [] if took is None else [took]
                 self._step(want_record=False)
         finally:
-            self.registry, self.tracer = registry, tracer
+            self.registry, self._tracer = registry, tracer
             self.history = history[:target]
-            self._forced = pending
+            self.state.forced = forced_after
 
     def __repr__(self) -> str:
-        state = "finished" if self._finished else "running"
-        return f"Run({self.mode}, step={self.step_index}, rows={self.sequences.shape[0]}, {state})"
+        st = self.state
+        status = "finished" if st.finished else "running"
+        return f"Run({st.plan.mode}, step={st.step_index}, rows={st.sequences.shape[0]}, {status})"
+
+
+def restore_processors_fresh(run: Run, init: Snapshot) -> None:
+    """Stateful processors start over: rebuild the plan the replay starts from."""
+    if any(type(p).__name__ in STATEFUL_PROCESSORS for p in init.plan.processors):
+        saved = run.config
+        run.config = copy.deepcopy(init.config)
+        try:
+            plan = run._make_plan(None)
+        finally:
+            run.config = saved
+        plan.compiled = init.plan.compiled
+        run.state.plan = plan
+        run.state.strategy.config = plan.config
 
 
 _IMMUTABLE = (int, float, str, type(None))  # config values compared without a copy
+
+
+def _infer_attention_mask(ids: torch.LongTensor, pad: int | None, eos: list[int]):
+    """0 on padding when the pad id occurs in the prompt and is not an EOS id, else ones."""
+    if pad is not None and (ids == pad).any() and pad not in eos:
+        return ids.ne(pad).long()
+    return torch.ones_like(ids)
+
+
+def _switch_strategy(old, cls, plan: Plan, old_plan: Plan, ctx):
+    """The strategy for a new generation mode between steps, or a ValueError (raised before
+    anything changed) naming the field and saying why.
+
+    Token-by-token modes (greedy, sampling, contrastive, DoLa, assisted / prompt lookup /
+    early exit) hand over which rows are finished; beam search and beam sampling hand over
+    their whole state. Moving between one row per input and beams is refused: the rows
+    mean different things (start a new run, or fork before changing the mode).
+    """
+    family_old, family_new = old.family, cls.family
+    if family_old == family_new == "token":
+        if cls.rows_per_input(plan.config) != old.rows_per_input(old_plan.config):
+            raise ValueError(
+                "num_return_sequences cannot change during a run (it fixes the number of rows): "
+                "set it back, or start a new run"
+            )
+        old.leave(ctx)
+        new = cls(plan.config)
+        new.start(ctx)
+        new.unfinished = old.unfinished.clone()
+        return new
+    if family_old == family_new == "beam":
+        new = cls(plan.config)
+        new.set_state(old.get_state())
+        new.config = plan.config
+        return new
+    field = "num_beams" if "token" in (family_old, family_new) else _beam_field(old, cls)
+    raise ValueError(
+        f"cannot switch a running generation from {old.mode} to {cls.mode} ({field} changed): "
+        f"{_why(family_old, family_new)} Set {field} back, or start a new run (fork first to "
+        "keep this one)."
+    )
+
+
+def _beam_field(old, cls) -> str:
+    modes = {old.mode, cls.mode}
+    if "group_beam_search" in modes:
+        return "num_beam_groups"
+    if "constrained_beam_search" in modes:
+        return "constraints / force_words_ids"
+    return "num_beams"
+
+
+def _why(a: str, b: str) -> str:
+    if "token" in (a, b):
+        return (
+            "a token-by-token run has one row per sequence, a beam search one row per beam "
+            "with scores and a hypothesis pool, so neither can go on from the other's state."
+        )
+    return "these beam searches keep different hypothesis pools and cannot take over each other's."
 
 
 def _call_custom_generate(fn, model, run: Run):
@@ -933,7 +1055,4 @@ def generate(
     )
     if custom_generate is not None:
         return _call_custom_generate(custom_generate, model, run)
-    t0 = time.perf_counter()
-    out = run.run()
-    run.elapsed = time.perf_counter() - t0
-    return out
+    return run.run()

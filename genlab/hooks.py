@@ -43,21 +43,79 @@ def _check_name(name: str) -> str:
     )
 
 
+def _describe(fn: Hook) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+def check_replacement(name: str, fn: Hook, old: Any, new: Any) -> Any:
+    """``new`` if it can stand in for ``old`` at hook point ``name``, else a ValueError
+    naming the point and the function (a tensor must keep its shape and kind, and float
+    scores may not hold NaN or +inf)."""
+    import torch
+
+    if not isinstance(old, torch.Tensor):
+        return new
+    where = f"the {name!r} hook {_describe(fn)}"
+    if not isinstance(new, torch.Tensor):
+        raise ValueError(
+            f"{where} returned a {type(new).__name__}; return a tensor of shape "
+            f"{tuple(old.shape)} (or None to leave the value as it is)"
+        )
+    if new.shape != old.shape:
+        raise ValueError(
+            f"{where} returned shape {tuple(new.shape)}; it must keep the shape "
+            f"{tuple(old.shape)} (rows, vocabulary) of what it was given"
+        )
+    if new.is_floating_point() != old.is_floating_point():
+        kind = "floating-point scores" if old.is_floating_point() else "integer token ids"
+        raise ValueError(f"{where} returned dtype {new.dtype}; it must return {kind}")
+    if new.is_floating_point() and bool((torch.isnan(new) | (new == float("inf"))).any()):
+        raise ValueError(
+            f"{where} returned NaN or +inf scores; use -inf to rule a token out and finite "
+            "values elsewhere"
+        )
+    return new.to(old.dtype) if new.dtype != old.dtype else new
+
+
+#: points whose observers see the value before the hooks (the step is already committed)
+_OBSERVE_FIRST = ("step_end", "finish")
+
+
 class HookRegistry:
     """Hooks by point name. ``bool(registry)`` is False when nothing is registered."""
 
     def __init__(self) -> None:
         self._hooks: dict[str, list[Hook]] = {}
+        # observers: fn(point, value, step), never replace values; "processor.*" matches all
+        self._observers: dict[str, list[Callable[[str, Any, int], None]]] = {}
 
     def __bool__(self) -> bool:
-        return bool(self._hooks)
+        return bool(self._hooks) or bool(self._observers)
 
     def has(self, name: str) -> bool:
-        return name in self._hooks
+        if name in self._hooks or name in self._observers:
+            return True
+        return name.startswith("processor.") and "processor.*" in self._observers
 
     def wants_processors(self) -> bool:
-        """True when some hook listens after individual processors."""
-        return any(k.startswith("processor.") for k in self._hooks)
+        """True when some hook or observer listens after individual processors."""
+        return any(k.startswith("processor.") for k in (*self._hooks, *self._observers))
+
+    def observe(self, name: str, fn: Callable[[str, Any, int], None]) -> Callable[[], None]:
+        """Register an observer ``fn(point, value, step)`` at ``name`` (``processor.*`` for
+        every processor); it sees the value after the hooks and cannot replace it. The
+        trace and the widgets observe this way. Returns a function that removes it."""
+        name = name if name == "processor.*" else _check_name(name)
+        self._observers.setdefault(name, []).append(fn)
+
+        def remove() -> None:
+            fns = self._observers.get(name, [])
+            if fn in fns:
+                fns.remove(fn)
+            if not fns:
+                self._observers.pop(name, None)
+
+        return remove
 
     def add(self, name: str, fn: Hook) -> Callable[[], None]:
         """Register ``fn`` at ``name`` permanently; returns a function that removes it."""
@@ -91,18 +149,40 @@ class HookRegistry:
             for remove in reversed(removers):
                 remove()
 
-    def fire(self, name: str, value: Any, step: int) -> Any:
-        """Pass ``value`` through every hook at ``name``; a non-None return replaces it."""
+    def fire(
+        self, name: str, value: Any, step: int, observe_only: bool = False, notify: bool = True
+    ) -> Any:
+        """Pass ``value`` through every hook at ``name``; a non-None return replaces it
+        (checked by :func:`check_replacement`), unless ``observe_only``. Observers see the
+        result (unless ``notify`` is False: the caller notifies them itself)."""
+        first = name in _OBSERVE_FIRST
+        if first and notify:
+            self.notify(name, value, step)
         for fn in tuple(self._hooks.get(name, ())):
             out = fn(value, step=step)
-            if out is not None:
-                value = out
+            if out is not None and not observe_only and name != "step_end":
+                value = out if name == "finish" else check_replacement(name, fn, value, out)
+        if not first and notify:
+            self.notify(name, value, step)
         return value
 
+    def notify(self, name: str, value: Any, step: int) -> None:
+        """Show ``value`` to the observers of ``name`` only."""
+        if not self._observers:
+            return
+        fns = self._observers.get(name, ())
+        if name.startswith("processor."):
+            fns = (*fns, *self._observers.get("processor.*", ()))
+        for fn in tuple(fns):
+            fn(name, value, step)
+
     def clear(self) -> None:
+        """Remove every hook (observers stay: they belong to the trace and the widgets)."""
         self._hooks.clear()
 
     def copy(self) -> HookRegistry:
+        """A registry with the same hooks (observers are not copied: a fork's trace
+        registers its own)."""
         other = HookRegistry()
         other._hooks = {k: list(v) for k, v in self._hooks.items()}
         return other

@@ -57,7 +57,13 @@ class StepRecord:
 
 
 class Tracer:
-    """Attached to a Run by the engine; records stages and builds a :class:`Trace`."""
+    """Records every step of a run and builds a :class:`Trace`.
+
+    It observes the run's hook points like any hook (``run.attach_tracer(tracer)``, or
+    ``trace=True`` at the start): raw logits, the scores after each processor, the final
+    scores, and the finished step record. Subclasses may extend :meth:`on_logits`,
+    :meth:`on_stage` and :meth:`on_step_end`.
+    """
 
     def __init__(self, run, top_k: int = 10, stages: bool = True) -> None:
         if top_k < 1:
@@ -68,7 +74,26 @@ class Tracer:
         self._current: list[tuple[str, torch.Tensor]] = []
         self.steps: list[StepRecord] = []
 
-    # -- called by the engine ------------------------------------------------------------
+    # -- observing the hook points -------------------------------------------------------
+    def attach(self, registry) -> list:
+        """Observe ``registry``'s points; returns the functions that stop observing."""
+        prefix = len("processor.")
+        return [
+            registry.observe("logits", lambda point, value, step: self.on_logits(step, value)),
+            registry.observe(
+                "processor.*",
+                lambda point, value, step: self.on_stage(step, point[prefix:], value),
+            ),
+            registry.observe(
+                "scores", lambda point, value, step: self.on_stage(step, "final", value)
+            ),
+            # beam strategies build their candidate tables only for listeners
+            registry.observe("beam.candidates", lambda point, value, step: None),
+            registry.observe(
+                "step_end", lambda point, record, step: self.on_step_end(step, record)
+            ),
+        ]
+
     def on_logits(self, step: int, logits: torch.Tensor) -> None:
         self._current = [("raw", logits)]
 
@@ -76,15 +101,17 @@ class Tracer:
         if self.record_stages or name == "final":
             self._current.append((name, scores))
 
-    def on_step_end(self, step: int, record, selection) -> None:
+    def on_step_end(self, step: int, record) -> None:
+        """Summarise the stages seen since :meth:`on_logits` with the step's record."""
         rows = self._current[0][1].shape[0]
-        parents = selection.parents
+        parents = record.parents
+        tokens = record.tokens if record.tokens.dim() == 1 else record.tokens[:, 0]
         chosen = torch.full((rows,), -1, dtype=torch.long)
         if parents is None:
-            chosen = selection.tokens.detach().cpu().clone()
+            chosen = tokens.detach().cpu().clone()
         else:
             # each surviving row records the token it got from its parent
-            chosen[parents.cpu()] = selection.tokens.cpu()
+            chosen[parents.cpu()] = tokens.cpu()
         stages, raw_probs, prev = [], None, None
         for name, s in self._current:
             stage, probs = self._summarise(name, s, chosen, raw_probs, prev)
@@ -94,13 +121,13 @@ class Tracer:
         self.steps.append(
             StepRecord(
                 step=step,
-                tokens=selection.tokens.detach().cpu().clone(),
+                tokens=tokens.detach().cpu().clone(),
                 parents=None if parents is None else parents.detach().cpu().clone(),
                 chosen_for_row=chosen,
                 stages=stages,
                 forced=record.forced,
                 finished=record.finished,
-                info=dict(selection.info or {}),
+                info=dict(record.info or {}),
             )
         )
         self._current = []
@@ -144,6 +171,7 @@ class Tracer:
         self.steps = [s for s in self.steps if s.step < step]
 
     def fork(self, run) -> Tracer:
+        """A copy recording for ``run`` (a fork), with the steps so far."""
         other = copy.copy(self)
         other.run = run
         other.steps = list(self.steps)

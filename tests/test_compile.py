@@ -107,7 +107,7 @@ def test_compiled_run_steps_forces_rewinds_and_forks(hf_llama):
     )
     plain = start(lm, **kwargs)
     run = start(lm, cache_implementation="static", compile_config=compile_config(counter), **kwargs)
-    assert isinstance(run.cache, StaticKVCache) and run._compiled is not None
+    assert isinstance(run.cache, StaticKVCache) and run.state.plan.compiled is not None
     for r in (plain, run):
         r.step()
         r.step()
@@ -162,11 +162,11 @@ def test_compiling_follows_the_reference_conditions(hf_llama):
 
     # a config change on a running generation turns compiling on
     run = start(lm, cache_implementation="static", **kwargs)
-    assert run._compiled is None
+    assert run.state.plan.compiled is None
     run.step()
     run.config.compile_config = cc
     run.step()
-    assert run._compiled is not None and len(counter.graphs) == 1
+    assert run.state.plan.compiled is not None and len(counter.graphs) == 1
 
 
 def test_inductor_compiles_the_static_decoding_step(hf_llama):

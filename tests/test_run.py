@@ -88,14 +88,14 @@ def test_rewind_reproduces(hf_llama, do_sample):
     for _ in range(6):
         run.step()
     before = run.sequences.clone()
-    scores_before = [s.clone() for s in run._scores]
+    scores_before = [s.clone() for s in run.recorded_scores()]
     run.rewind(3)
     assert run.step_index == 3 and run.sequences.shape[1] == PROMPT.shape[1] + 3
     assert run.cache.length() == PROMPT.shape[1] + 2
     for _ in range(3):
         run.step()
     assert torch.equal(run.sequences, before)
-    for a, b in zip(scores_before, run._scores):
+    for a, b in zip(scores_before, run.recorded_scores()):
         torch.testing.assert_close(a, b)
 
 

@@ -153,6 +153,17 @@ class KVCache:
             length = self.length() + length
         self._len = [min(n, length) for n in self._len]
 
+    def checkpoint(self) -> tuple:
+        """A token for :meth:`restore`: the buffers and lengths as they are now. Appends,
+        crops and reorders that change the row count leave the old buffers intact; a
+        reorder that keeps the rows writes in place and cannot be undone this way."""
+        return (list(self.keys), list(self.values), list(self._len))
+
+    def restore(self, token: tuple) -> None:
+        """Back to the state of :meth:`checkpoint`'s ``token``."""
+        keys, values, lengths = token
+        self.keys, self.values, self._len = list(keys), list(values), list(lengths)
+
     def copy(self) -> KVCache:
         other = KVCache(self.num_layers, self.chunk)
         other._len = list(self._len)

@@ -76,6 +76,41 @@ class HFCache:
     def copy(self) -> HFCache:
         return HFCache(copy.deepcopy(self.inner))
 
+    def checkpoint(self):
+        """A token for :meth:`restore`. transformers' dynamic layers rebind their tensors
+        on every update, crop and reorder, so their attributes are the checkpoint."""
+        return _layers_token(self.inner)
+
+    def restore(self, token) -> None:
+        _restore_layers(self.inner, token)
+
+
+def _layers_token(cache):
+    parts = [getattr(cache, n, None) for n in ("self_attention_cache", "cross_attention_cache")]
+    if any(p is not None for p in parts):  # encoder-decoder: both halves
+        return ("pair", [_layers_token(p) if p is not None else None for p in parts])
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        return ("vars", dict(vars(cache)))
+    return ("layers", list(layers), [dict(vars(layer)) for layer in layers])
+
+
+def _restore_layers(cache, token) -> None:
+    kind = token[0]
+    if kind == "pair":
+        for name, sub in zip(("self_attention_cache", "cross_attention_cache"), token[1]):
+            if sub is not None:
+                _restore_layers(getattr(cache, name), sub)
+    elif kind == "vars":
+        vars(cache).clear()
+        vars(cache).update(token[1])
+    else:
+        _, layers, saved = token
+        cache.layers[:] = layers
+        for layer, values in zip(layers, saved):
+            vars(layer).clear()
+            vars(layer).update(values)
+
 
 @dataclass
 class Seq2SeqStepOutput(ModelOutput):

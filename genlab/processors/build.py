@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..ids import config_eos
 from .base import LogitsProcessorList
 from .bias import NoBadWordsLogitsProcessor, SequenceBiasLogitsProcessor
 from .forcing import (
@@ -63,20 +64,8 @@ def _field(config: Any, name: str) -> Any:
 
 
 def eos_token_ids(config: Any) -> list[int] | None:
-    """The config's EOS id(s) as a list, or None.
-
-    >>> from types import SimpleNamespace
-    >>> eos_token_ids(SimpleNamespace(eos_token_id=2))
-    [2]
-    """
-    eos = _field(config, "eos_token_id")
-    if eos is None:
-        return None
-    if isinstance(eos, torch.Tensor):
-        return eos.reshape(-1).tolist()
-    if isinstance(eos, int):
-        return [eos]
-    return list(eos)
+    """The config's EOS id(s) as a list, or None when unset."""
+    return config_eos(config) or None
 
 
 def build_processors(

@@ -32,7 +32,7 @@ genlab assistant takes them from the call. The reference adapts the confidence t
 with scikit-learn's ROC curve when scikit-learn is installed; genlab keeps it fixed.
 
 >>> out = generate(model, input_ids=ids, prompt_lookup_num_tokens=5)   # doctest: +SKIP
->>> assisted_table(run.history)  # drafted / accepted / rejected per iteration  # doctest: +SKIP
+>>> assisted_table(ctx.history)  # drafted / accepted / rejected per iteration  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class PromptLookupDrafter:
         self.eos = eos
         self.num_assistant_tokens = self.num_tokens
 
-    def draft(self, run, ids):
+    def draft(self, ctx, ids):
         drafted = prompt_lookup_candidates(
             ids, self.num_tokens, self.max_ngram, self.max_length, self.eos
         )
@@ -161,10 +161,10 @@ class EarlyExitModel:
             inner.config.num_hidden_layers = full
 
 
-def _draft_settings(run, source) -> tuple[float, str, float | None, Any]:
+def _draft_settings(ctx, source) -> tuple[float, str, float | None, Any]:
     """(num_assistant_tokens, schedule, confidence threshold, generation_config to write
     back to) for a drafter model, following the reference's precedence."""
-    cfg = run.gen_config
+    cfg = ctx.config
     call = (
         float(cfg.num_assistant_tokens),
         cfg.num_assistant_tokens_schedule,
@@ -205,25 +205,23 @@ class ModelDrafter:
 
     name = "assistant"
 
-    def __init__(self, run, model, settings_source):
-        from ..engine import as_model
-
-        self.model = as_model(model)
-        if self.model.info.vocab_size != run.info.vocab_size:
+    def __init__(self, ctx, model, settings_source):
+        self.model = ctx.as_model(model)
+        if self.model.info.vocab_size != ctx.info.vocab_size:
             raise ValueError(
                 f"assistant_model has a vocabulary of {self.model.info.vocab_size} tokens but "
-                f"the model {run.info.vocab_size}: use an assistant with the same tokenizer"
+                f"the model {ctx.info.vocab_size}: use an assistant with the same tokenizer"
             )
-        num, schedule, threshold, own = _draft_settings(run, settings_source)
+        num, schedule, threshold, own = _draft_settings(ctx, settings_source)
         self.num_assistant_tokens = num
         self.schedule = schedule
         self.threshold = threshold
         self._write_back = own
         self.cache = None
-        self.mask = run.attention_mask.clone()
+        self.mask = ctx.attention_mask.clone()
 
-    def _config(self, run):
-        cfg = copy.deepcopy(run.gen_config)
+    def _config(self, ctx):
+        cfg = copy.deepcopy(ctx.config)
         cfg.return_dict_in_generate = True
         cfg.output_scores = True
         cfg.is_assistant = True
@@ -235,11 +233,9 @@ class ModelDrafter:
         cfg.assistant_early_exit = None
         return cfg
 
-    def draft(self, run, ids):
-        from ..engine import Run
-
+    def draft(self, ctx, ids):
         cur = ids.shape[1]
-        cfg = run.gen_config
+        cfg = ctx.config
         max_new = min(int(self.num_assistant_tokens), int(cfg.max_length) - cur - 1)
         min_new = max(min(max_new, int(cfg.min_length or 0) - cur), 0)
         if max_new <= 0:
@@ -253,21 +249,20 @@ class ModelDrafter:
                 self.mask = self.mask[:, :cur]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            draft = Run(
+            draft = ctx.spawn(
                 self.model,
                 input_ids=ids,
                 attention_mask=self.mask,
-                generation_config=self._config(run),
-                logits_processor=run.user_processors,
+                generation_config=self._config(ctx),
+                logits_processor=ctx.user_processors,
                 max_new_tokens=max_new,
                 min_new_tokens=min_new,
+                cache=self.cache,
             )
-        if self.cache is not None:
-            draft.cache = self.cache
         draft.run()
         self.cache = draft.cache
         self.mask = draft.attention_mask
-        return draft.sequences, torch.stack(draft._scores, dim=1)  # (1, n, vocab)
+        return draft.sequences, torch.stack(draft.recorded_scores(), dim=1)  # (1, n, vocab)
 
     def __deepcopy__(self, memo):
         # a fork shares the draft model but gets its own cache
@@ -346,12 +341,12 @@ class AssistedDecoding(TokenByToken):
 
     mode = "assisted_generation"
 
-    def start(self, run) -> None:
+    def start(self, ctx) -> None:
         cfg = self.config
-        if run.sequences.shape[0] != 1:
+        if ctx.sequences.shape[0] != 1:
             raise ValueError(
                 f"assisted generation supports one prompt at a time, got a batch "
-                f"of {run.sequences.shape[0]} rows (num_return_sequences must be "
+                f"of {ctx.sequences.shape[0]} rows (num_return_sequences must be "
                 "1 too): generate each prompt separately"
             )
         if cfg.use_cache is False:
@@ -361,46 +356,36 @@ class AssistedDecoding(TokenByToken):
                 f"assisted generation cannot use cache_implementation="
                 f"{cfg.cache_implementation!r}: use 'dynamic' (the default)"
             )
-        super().start(run)
-        self.drafter = self._make_drafter(run)
+        super().start(ctx)
+        self.drafter = self._make_drafter(ctx)
         self.pending = None
 
-    def _make_drafter(self, run):
+    def _make_drafter(self, ctx):
         cfg = self.config
         if cfg.assistant_early_exit is not None:
             return ModelDrafter(
-                run, EarlyExitModel(run.model, int(cfg.assistant_early_exit)), run.model
+                ctx, EarlyExitModel(ctx.model, int(cfg.assistant_early_exit)), ctx.model
             )
         if cfg.prompt_lookup_num_tokens is not None:
-            return PromptLookupDrafter(cfg, run.eos_token_ids)
-        if run.assistant_model is None:
+            return PromptLookupDrafter(cfg, ctx.eos_token_ids)
+        if ctx.assistant_model is None:
             raise ValueError(
                 "assisted generation needs assistant_model, "
                 "prompt_lookup_num_tokens or assistant_early_exit"
             )
-        return ModelDrafter(run, run.assistant_model, run.assistant_model)
+        return ModelDrafter(ctx, ctx.assistant_model, ctx.assistant_model)
 
     # -- forward: draft, then one pass of the model over all drafted tokens --------------
-    def forward(self, run) -> ModelOutput:
-        from ..engine import position_ids_from_mask
-
-        ids = run.sequences
+    def forward(self, ctx) -> ModelOutput:
+        ids = ctx.sequences
         cur = ids.shape[1]
         budget = self.drafter.num_assistant_tokens
-        candidates, draft_scores = self.drafter.draft(run, ids)  # (1, cur + n)
+        candidates, draft_scores = self.drafter.draft(ctx, ids)  # (1, cur + n)
         n = candidates.shape[1] - cur
-        done = bool(run.stopping_criteria(candidates, None)[0]) if n else False
-        mask = torch.cat([run.attention_mask, run.attention_mask.new_ones((1, n))], dim=1)
-        new = candidates[:, run.cache.length() :]
-        out = run.model.forward(
-            new,
-            attention_mask=mask,
-            position_ids=position_ids_from_mask(mask, new.shape[1]),
-            cache=run.cache,
-            logits_to_keep=n + 1,
-            output_attentions=bool(run.gen_config.output_attentions),
-            output_hidden_states=bool(run.gen_config.output_hidden_states),
-        )
+        done = bool(ctx.stop(candidates, scores=None)[0]) if n else False
+        mask = torch.cat([ctx.attention_mask, ctx.attention_mask.new_ones((1, n))], dim=1)
+        new = candidates[:, ctx.cache.length() :]
+        out = ctx.forward(new, mask=mask, cache=ctx.cache, logits_to_keep=n + 1)
         raw = out.logits[:, -n - 1 :].to(dtype=torch.float32)  # (1, n + 1, vocab)
         self.pending = {
             "candidates": candidates,
@@ -416,12 +401,12 @@ class AssistedDecoding(TokenByToken):
             logits=raw[:, :1], hidden_states=out.hidden_states, attentions=out.attentions
         )
 
-    def select(self, run, scores: torch.Tensor) -> Selection:
+    def select(self, ctx, scores: torch.Tensor) -> Selection:
         p = self.pending
         n, cur, raw, candidates = p["n"], p["cur"], p["raw"], p["candidates"]
         processed = [scores]
         for i in range(1, n + 1):
-            processed.append(run.apply_processors(candidates[:, : cur + i], raw[:, i].clone()))
+            processed.append(ctx.process(candidates[:, : cur + i], raw[:, i].clone()))
         new_scores = torch.stack(processed, dim=1)  # (1, n + 1, vocab)
         drafted = candidates[:, cur:]
         if self.config.do_sample and p["draft_scores"] is not None:
@@ -437,7 +422,7 @@ class AssistedDecoding(TokenByToken):
             if p["done"] and n_matches == n:
                 n_matches -= 1
             tokens = chosen[:, : n_matches + 1]
-        run.cache.crop(cur + n_matches)  # drop rejected positions (the last token is fed next)
+        ctx.cache.crop(cur + n_matches)  # drop rejected positions (the last token is fed next)
         self.drafter.adapt(n_matches, n)
         kept = n_matches + 1
         info = {
@@ -458,9 +443,9 @@ class AssistedDecoding(TokenByToken):
             logits=tuple(raw[:, i].clone() for i in range(kept)),
         )
 
-    def force(self, run, scores: torch.Tensor, token_id: int) -> Selection:
+    def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
         p = self.pending
-        run.cache.crop(p["cur"])
+        ctx.cache.crop(p["cur"])
         self.pending = None
         info = {
             "assisted": {
@@ -472,11 +457,11 @@ class AssistedDecoding(TokenByToken):
                 "added": [int(token_id)],
             }
         }
-        return Selection(super().force(run, scores, token_id).tokens, info=info)
+        return Selection(super().force(ctx, scores, token_id).tokens, info=info)
 
-    def update(self, run, selection: Selection) -> None:
-        super().update(run, selection)
-        if self.is_done(run):
+    def update(self, ctx, selection: Selection) -> None:
+        super().update(ctx, selection)
+        if self.is_done(ctx):
             self.drafter.finish()
 
     # snapshots for rewind: the drafter (and its model) is shared, only its budget is saved;

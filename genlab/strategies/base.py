@@ -1,17 +1,24 @@
 """What a decoding strategy is: the part of a step that *chooses* tokens.
 
-The engine (genlab/engine.py) owns the loop: model forward, logits processors, output
-recording, cache updates, hooks, streaming. A strategy plugs in at three places:
+The engine (genlab/engine.py) owns the loop: output recording, cache updates, hooks,
+streaming, transactions. A strategy never sees the Run: every method receives a
+:class:`~genlab.context.StepContext` ``ctx`` (read-only facts, ``ctx.forward``,
+``ctx.process``, ``ctx.stop``, ``ctx.emit``). It plugs in at these places:
 
-* ``process(run, logits)``: turn raw logits into the scores it chooses from (default: the
+* ``forward(ctx)``: the model output whose last position gives this step's logits
+  (default ``ctx.forward()``);
+* ``process(ctx, logits)``: turn raw logits into the scores it chooses from (default: the
   logits processors; beam search first takes a log-softmax);
-* ``select(run, scores) -> Selection``: the next token of every row, and for beam-like
-  strategies the parent row each new row continues (the engine reorders the cache);
-* ``update(run, selection)``: bookkeeping after the tokens were appended (finished rows,
-  stopping criteria), and ``finalize(run)`` for the output fields it owns.
+* ``select(ctx, scores) -> Selection`` / ``force(ctx, scores, id)``: the next token of
+  every row, and for beam-like strategies the parent row each new row continues;
+* ``update(ctx, selection)``: bookkeeping after the tokens were appended (finished rows,
+  stopping criteria), ``is_done(ctx)``, and ``finalize(ctx)`` for its output fields.
 
 Strategies keep their state in plain attributes; ``get_state``/``set_state`` give the
-engine snapshots for ``rewind`` and ``fork``.
+engine its undo points (a failed step restores them) and the snapshots of ``rewind`` and
+``fork``. ``family`` says which strategies can take over each other's state when the
+generation mode changes between steps; ``leave(ctx)`` hands the cache back in the shape
+every other strategy expects.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ class Strategy:
     mode: ClassVar[str] = ""
     #: rows of the running batch reorder between steps (beam search)
     reorders_rows: ClassVar[bool] = False
+    #: strategies of one family can take over each other's state mid-run
+    family: ClassVar[str] = ""
 
     def __init__(self, config) -> None:
         self.config = config
@@ -58,39 +67,43 @@ class Strategy:
         """How many running rows each input row becomes."""
         return int(config.num_return_sequences or 1)
 
-    def start(self, run) -> None:
+    def start(self, ctx) -> None:
         """Called once before the first step, after inputs are expanded."""
 
     # -- one step ------------------------------------------------------------------------
-    def forward(self, run):
+    def forward(self, ctx):
         """The model output whose last position gives this step's logits.
 
         Default: one forward over the tokens the cache has not seen. Strategies that run the
         model themselves during ``select`` (contrastive search, assisted decoding) return
         logits they already computed, or draft tokens first.
         """
-        return run._forward()
+        return ctx.forward()
 
-    def process(self, run, logits: torch.Tensor) -> torch.Tensor:
-        return run.apply_processors(run.sequences, logits)
+    def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
+        return ctx.process(ctx.sequences, logits)
 
-    def select(self, run, scores: torch.Tensor) -> Selection:
+    def select(self, ctx, scores: torch.Tensor) -> Selection:
         raise NotImplementedError
 
-    def update(self, run, selection: Selection) -> None:
-        """Bookkeeping after the new tokens were appended to ``run.sequences``."""
+    def update(self, ctx, selection: Selection) -> None:
+        """Bookkeeping after the new tokens were appended to ``ctx.sequences``."""
 
-    def is_done(self, run) -> bool:
+    def is_done(self, ctx) -> bool:
         raise NotImplementedError
 
-    def force(self, run, scores: torch.Tensor, token_id: int) -> Selection:
-        """Select ``token_id`` for every running row (``run.force``)."""
+    def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
+        """Select ``token_id`` for every running row (``ctx.force``)."""
         tokens = torch.full((scores.shape[0],), token_id, dtype=torch.long, device=scores.device)
         return Selection(tokens)
 
-    def finalize(self, run) -> dict[str, Any]:
+    def leave(self, ctx) -> None:
+        """Called when the run switches to another strategy: leave the cache holding every
+        token but the last (what a plain forward expects)."""
+
+    def finalize(self, ctx) -> dict[str, Any]:
         """Output fields the strategy owns (``sequences`` at least)."""
-        return {"sequences": run.sequences}
+        return {"sequences": ctx.sequences}
 
     # -- snapshots -----------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

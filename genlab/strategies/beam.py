@@ -18,11 +18,11 @@ Everything is a tensor over (batch, beams) or (batch, K); there is no per-beam P
 With ``trace=True`` (or a ``beam.candidates`` hook) every candidate is reported with its
 fate, see :func:`candidate_payload`; the hook observes (its return value is ignored).
 
-Steering: ``run.force(token)`` extends every running beam with the token (see
+Steering: ``ctx.force(token)`` extends every running beam with the token (see
 :meth:`BeamSearch.force`); ``length_penalty``, ``early_stopping`` and ``max_length`` may
 change between steps, ``num_beams`` and ``num_return_sequences`` may not. A ``select`` hook
 that replaces tokens changes the sequences only (the beam scores stay those of the chosen
-candidates): use ``run.force`` to steer a beam search.
+candidates): use ``ctx.force`` to steer a beam search.
 
 Example::
 
@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..ids import config_eos
 from .base import Selection, Strategy
 
 #: a very negative score: "this beam must not continue / this slot is empty"
@@ -54,12 +55,7 @@ SOURCES = ("search", "constraint", "unpenalized")
 # ----------------------------------------------------------------------------------------
 def eos_ids(config) -> list[int]:
     """The config's EOS ids as a list (empty when none)."""
-    eos = config.eos_token_id
-    if eos is None:
-        return []
-    if isinstance(eos, torch.Tensor):
-        return [int(e) for e in eos.reshape(-1).tolist()]
-    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+    return config_eos(config)
 
 
 def candidates_per_input(config) -> int:
@@ -78,25 +74,20 @@ def fill_token(config) -> int:
     return int(config.pad_token_id) if config.pad_token_id else eos[0]
 
 
-def is_listening(run) -> bool:
+def is_listening(ctx) -> bool:
     """True when a tracer or a ``beam.candidates`` hook wants the candidate payload."""
-    return run.tracer is not None or run.registry.has("beam.candidates")
+    return ctx.listening("beam.candidates")
 
 
-def publish(run, payload: dict[str, Any]) -> dict[str, Any]:
+def publish(ctx, payload: dict[str, Any]) -> dict[str, Any]:
     """Fire the ``beam.candidates`` hook (observe only) and return the payload."""
-    if run.registry.has("beam.candidates"):
-        run.registry.fire("beam.candidates", payload, run.step_index)
+    ctx.emit("beam.candidates", payload)
     return payload
 
 
-def stop_flags(run, sequences: torch.LongTensor) -> torch.BoolTensor:
+def stop_flags(ctx, sequences: torch.LongTensor) -> torch.BoolTensor:
     """The stopping criteria on ``sequences`` (rows, len) as a (rows,) bool tensor."""
-    hits = run.stopping_criteria(sequences, run.recorded_scores())
-    hits = torch.as_tensor(hits, dtype=torch.bool, device=sequences.device)
-    if hits.dim() == 0:
-        hits = hits.expand(sequences.shape[0])
-    return hits
+    return ctx.stop(sequences)
 
 
 def candidate_payload(**columns) -> dict[str, torch.Tensor]:
@@ -174,6 +165,7 @@ class BeamSearch(Strategy):
 
     mode = "beam_search"
     reorders_rows = True
+    family = "beam"
     #: draw the candidates instead of taking the top-K (beam sampling)
     sample: ClassVar[bool] = False
     #: config fields that cannot change during a run (the row layout depends on them)
@@ -216,17 +208,17 @@ class BeamSearch(Strategy):
         return state
 
     # -- set-up ----------------------------------------------------------------------------
-    def start(self, run) -> None:
-        B, n = run.batch_size, int(self.config.num_beams)
-        dev = run.device
+    def start(self, ctx) -> None:
+        B, n = ctx.batch_size, int(self.config.num_beams)
+        dev = ctx.device
         self.num_beams = n
         self.batch_size = B
-        self.prompt_length = run.prompt_length
+        self.prompt_length = ctx.prompt_length
         self.running_scores = torch.zeros((B, n), dtype=torch.float, device=dev)
         self.running_scores[:, 1:] = NEG  # only beam 0 may start: the beams are copies
         self.running_indices = torch.empty((B, n, 0), dtype=torch.int32, device=dev)
         self.running_nodes = torch.full((B, n), -1, dtype=torch.long, device=dev)
-        self.pool_sequences = run.sequences.view(B, n, -1).clone()
+        self.pool_sequences = ctx.sequences.view(B, n, -1).clone()
         self.pool_scores = torch.full((B, n), NEG, dtype=torch.float, device=dev)
         self.pool_indices = torch.empty((B, n, 0), dtype=torch.int32, device=dev)
         self.pool_finished = torch.zeros((B, n), dtype=torch.bool, device=dev)
@@ -237,11 +229,11 @@ class BeamSearch(Strategy):
         self.returned_nodes: torch.LongTensor | None = None
 
     # -- one step ----------------------------------------------------------------------------
-    def process(self, run, logits: torch.Tensor) -> torch.Tensor:
+    def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
         """Log-softmax first, then the processors: they see log-probs in beam modes."""
-        return run.apply_processors(run.sequences, torch.log_softmax(logits, dim=-1))
+        return ctx.process(ctx.sequences, torch.log_softmax(logits, dim=-1))
 
-    def select(self, run, scores: torch.Tensor) -> Selection:
+    def select(self, ctx, scores: torch.Tensor) -> Selection:
         B, n = self.batch_size, self.num_beams
         vocab = scores.shape[-1]
         k = candidates_per_input(self.config)
@@ -252,9 +244,9 @@ class BeamSearch(Strategy):
             values = torch.gather(accumulated, 1, flat)
         else:
             values, flat = torch.topk(accumulated, k=k)
-        return self._advance(run, scores, values, flat // vocab, flat % vocab)
+        return self._advance(ctx, scores, values, flat // vocab, flat % vocab)
 
-    def force(self, run, scores: torch.Tensor, token_id: int) -> Selection:
+    def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
         """Every running beam continues with ``token_id`` (the beams are re-sorted by score).
 
         The beams' scores add that token's log-prob; if the token stops them (an EOS id,
@@ -264,9 +256,9 @@ class BeamSearch(Strategy):
         tokens = torch.full((B, n), int(token_id), dtype=torch.long, device=scores.device)
         parents = torch.arange(n, device=scores.device).expand(B, n)
         values = scores.view(B, n, -1)[:, :, int(token_id)] + self.running_scores
-        return self._advance(run, scores, values, parents, tokens)
+        return self._advance(ctx, scores, values, parents, tokens)
 
-    def _advance(self, run, scores, values, parents, tokens) -> Selection:
+    def _advance(self, ctx, scores, values, parents, tokens) -> Selection:
         """Apply one step given the candidates, best first within the first num_beams.
 
         values (B, K) accumulated scores; parents (B, K) beam within the input;
@@ -276,15 +268,15 @@ class BeamSearch(Strategy):
         cfg = self.config
         k = values.shape[1]
         dev = values.device
-        length = run.sequences.shape[1]
+        length = ctx.sequences.shape[1]
         generated = length + 1 - self.prompt_length
         penalty = cfg.length_penalty
         offset = torch.arange(B, device=dev)[:, None] * n
         rows = parents + offset  # (B, K) global running row of each candidate
 
         # candidate sequences (B*K, length+1) and whether they stop here
-        cand_seqs = torch.cat([run.sequences[rows.reshape(-1)], tokens.reshape(-1, 1)], dim=1)
-        hits = stop_flags(run, cand_seqs).view(B, k)
+        cand_seqs = torch.cat([ctx.sequences[rows.reshape(-1)], tokens.reshape(-1, 1)], dim=1)
+        hits = stop_flags(ctx, cand_seqs).view(B, k)
         # (B, K, t+1) parent rows at every step, this step's included
         cand_indices = torch.cat(
             [_gather_rows(self.running_indices, parents), rows[..., None].to(torch.int32)], dim=2
@@ -349,9 +341,9 @@ class BeamSearch(Strategy):
         self.done = not bool(improvable & open_slots & can_continue)
 
         info = None
-        if is_listening(run):
+        if is_listening(ctx):
             info = publish(
-                run,
+                ctx,
                 self._trace_info(
                     scores,
                     rows,
@@ -372,7 +364,7 @@ class BeamSearch(Strategy):
             )
         return Selection(new_tokens.reshape(-1), (new_parents + offset).reshape(-1), info)
 
-    def is_done(self, run) -> bool:
+    def is_done(self, ctx) -> bool:
         return self.done
 
     # -- trace -------------------------------------------------------------------------------
@@ -458,7 +450,7 @@ class BeamSearch(Strategy):
         }
 
     # -- the end -------------------------------------------------------------------------------
-    def _final_pool(self, run):
+    def _final_pool(self, ctx):
         """The pool, with the running beams offered to it when the run stopped early
         (interrupted or read before the end), so the tokens produced so far are kept."""
         if self.done or self.running_indices.shape[2] == 0:
@@ -468,7 +460,7 @@ class BeamSearch(Strategy):
         offered = self.running_scores / (generated**self.config.length_penalty)
         merged = torch.cat((self.pool_scores, offered), dim=1)
         best = torch.topk(merged, k=n)[1]
-        seqs = torch.cat((self.pool_sequences, run.sequences.view(B, n, -1)), dim=1)
+        seqs = torch.cat((self.pool_sequences, ctx.sequences.view(B, n, -1)), dim=1)
         idx = torch.cat((self.pool_indices, self.running_indices), dim=1)
         nodes = torch.cat((self.pool_nodes, self.running_nodes), dim=1)
         return (
@@ -478,18 +470,18 @@ class BeamSearch(Strategy):
             _gather_rows(nodes, best),
         )
 
-    def finalize(self, run) -> dict[str, Any]:
+    def finalize(self, ctx) -> dict[str, Any]:
         """The best ``num_return_sequences`` hypotheses of every input, as the reference
         returns them: sequences cropped to the longest, scores, beam_indices (-1 after the
         end, offset by input * num_beams)."""
         r = int(self.config.num_return_sequences or 1)
-        seqs, scores, indices, nodes = self._final_pool(run)
+        seqs, scores, indices, nodes = self._final_pool(ctx)
         seqs = seqs[:, :r].reshape(-1, seqs.shape[-1])
         scores = scores[:, :r].reshape(-1)
         indices = indices[:, :r].reshape(-1, indices.shape[-1])
         self.returned_nodes = nodes[:, :r].reshape(-1).cpu()
         generated = int((indices + 1).bool().sum(dim=1).max()) if indices.numel() else 0
-        cfg = run.gen_config
+        cfg = ctx.config
         return {
             "sequences": seqs[:, : self.prompt_length + generated],
             "sequences_scores": scores if cfg.output_scores else None,
@@ -497,15 +489,15 @@ class BeamSearch(Strategy):
         }
 
     # -- for streamers and widgets ---------------------------------------------------------
-    def beams(self, run, batch: int = 0) -> list[tuple[list[int], float, bool]]:
+    def beams(self, ctx, batch: int = 0) -> list[tuple[list[int], float, bool]]:
         """The running beams and finished hypotheses of one input, best first:
         ``[(generated_token_ids, normalised_score, finished), ...]``."""
         n = self.num_beams
         p = self.prompt_length
-        generated = max(run.sequences.shape[1] - p, 1)
+        generated = max(ctx.sequences.shape[1] - p, 1)
         penalty = self.config.length_penalty
         out = []
-        rows = run.sequences.view(self.batch_size, n, -1)[batch]
+        rows = ctx.sequences.view(self.batch_size, n, -1)[batch]
         for i in range(n):
             score = float(self.running_scores[batch, i])
             if score > NEG / 2:

@@ -70,18 +70,19 @@ class ConstrainedBeamSearch(BeamSearch):
     REFUSES_LOW_MEMORY = False  # the reference ignores low_memory here
 
     mode = "constrained_beam_search"
+    family = "constrained_beam"
 
-    def start(self, run) -> None:
+    def start(self, ctx) -> None:
         cfg = self.config
-        B, n = run.batch_size, int(cfg.num_beams)
+        B, n = ctx.batch_size, int(cfg.num_beams)
         if n < 2:
             raise ValueError(
                 f"num_beams must be >= 2 for constrained beam search (force_words_ids / "
                 f"constraints), got {n}: set num_beams=2 or more"
             )
-        dev = run.device
+        dev = ctx.device
         self.num_beams, self.batch_size = n, B
-        self.prompt_length = run.prompt_length
+        self.prompt_length = ctx.prompt_length
         self.constraints = constraints_of(cfg)
         scores = torch.zeros((B, n), dtype=torch.float, device=dev)
         scores[:, 1:] = NEG
@@ -106,13 +107,13 @@ class ConstrainedBeamSearch(BeamSearch):
         return state.completed
 
     # -- one step ------------------------------------------------------------------------------
-    def process(self, run, logits: torch.Tensor) -> torch.Tensor:
+    def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
         """Processed log-probs plus the running beam scores (what the reference records)."""
-        processed = run.apply_processors(run.sequences, torch.log_softmax(logits, dim=-1))
-        self._processed = processed if is_listening(run) else None
+        processed = ctx.process(ctx.sequences, torch.log_softmax(logits, dim=-1))
+        self._processed = processed if is_listening(ctx) else None
         return processed + self.beam_scores[:, None].expand_as(processed)
 
-    def select(self, run, scores: torch.Tensor) -> Selection:
+    def select(self, ctx, scores: torch.Tensor) -> Selection:
         cfg = self.config
         B, n = self.batch_size, self.num_beams
         vocab = scores.shape[-1]
@@ -120,23 +121,23 @@ class ConstrainedBeamSearch(BeamSearch):
         values, flat = torch.topk(scores.view(B, n * vocab), k, dim=1, largest=True, sorted=True)
         parents = (flat / vocab).long()  # the reference's float division, kept
         tokens = flat % vocab
-        length = run.sequences.shape[1]
+        length = ctx.sequences.shape[1]
         eos = eos_ids(cfg)
         eos_set = set(eos)
         new_scores = torch.zeros((B, n), dtype=values.dtype, device=values.device)
         new_tokens = torch.zeros((B, n), dtype=tokens.dtype, device=values.device)
         new_rows = torch.zeros((B, n), dtype=parents.dtype, device=values.device)
-        listening = is_listening(run)
+        listening = is_listening(ctx)
         nodes = self.next_node + torch.arange(B * k).view(B, k)
         self.next_node += B * k
         traced = []
         values_l, tokens_l, parents_l = values.tolist(), tokens.tolist(), parents.tolist()
-        sequences = run.sequences
+        sequences = ctx.sequences
         for b in range(B):
             record = {"events": [], "extra": [], "sorted": None}
             traced.append(record)
             if self.done_inputs[b]:
-                pad = run.gen_config.pad_token_id
+                pad = ctx.config.pad_token_id
                 if not eos or pad is None:
                     raise ValueError("a finished input needs eos_token_id and pad_token_id")
                 new_tokens[b] = int(pad)
@@ -207,7 +208,7 @@ class ConstrainedBeamSearch(BeamSearch):
         info = None
         if listening:
             info = publish(
-                run, self._trace(run, traced, values, tokens, parents, nodes, length, new_rows)
+                ctx, self._trace(ctx, traced, values, tokens, parents, nodes, length, new_rows)
             )
         self.running_nodes = self._new_nodes(traced, nodes)
         return Selection(new_tokens.reshape(-1), rows, info)
@@ -271,7 +272,7 @@ class ConstrainedBeamSearch(BeamSearch):
                     out[b * n + j] = rec["extra_nodes"][pos - len(rec["taken"])]
         return out
 
-    def force(self, run, scores: torch.Tensor, token_id: int) -> Selection:
+    def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
         """Every running beam continues with ``token_id`` (``scores`` already hold the
         accumulated scores here). A forced EOS ends every beam whose sequence completes
         the constraints (it becomes a finished hypothesis); the others end unfinished."""
@@ -281,14 +282,14 @@ class ConstrainedBeamSearch(BeamSearch):
         rows = torch.arange(B * n, device=scores.device)
         new_scores = scores[:, token_id].clone()
         if token_id in eos_ids(cfg):
-            length = run.sequences.shape[1]
+            length = ctx.sequences.shape[1]
             for b in range(B):
                 if self.done_inputs[b]:
                     continue
                 for row in range(b * n, (b + 1) * n):
-                    if self._completes(run.sequences[row].tolist()):
+                    if self._completes(ctx.sequences[row].tolist()):
                         self.pools[b][0].add(
-                            run.sequences[row].clone(),
+                            ctx.sequences[row].clone(),
                             float(new_scores[row]),
                             length + 1 - self.prompt_length,
                             cfg.length_penalty,
@@ -303,11 +304,11 @@ class ConstrainedBeamSearch(BeamSearch):
         tokens = torch.full((B * n,), token_id, dtype=torch.long, device=scores.device)
         return Selection(tokens, rows, None)
 
-    def update(self, run, selection: Selection) -> None:
-        self.done = all(self.done_inputs) or bool(stop_flags(run, run.sequences).all())
+    def update(self, ctx, selection: Selection) -> None:
+        self.done = all(self.done_inputs) or bool(stop_flags(ctx, ctx.sequences).all())
 
     # -- trace -------------------------------------------------------------------------------
-    def _trace(self, run, traced, values, tokens, parents, nodes, length, new_rows):
+    def _trace(self, ctx, traced, values, tokens, parents, nodes, length, new_rows):
         cfg = self.config
         B, n = self.batch_size, self.num_beams
         k = values.shape[1]
@@ -419,22 +420,22 @@ class ConstrainedBeamSearch(BeamSearch):
         return {"entries": out}
 
     # -- the end -------------------------------------------------------------------------------
-    def finalize(self, run) -> dict[str, Any]:
+    def finalize(self, ctx) -> dict[str, Any]:
         cfg = self.config
         B, n = self.batch_size, self.num_beams
         keep = int(cfg.num_return_sequences or 1)
         pools = copy.deepcopy(self.pools)
-        length = run.sequences.shape[1]
+        length = ctx.sequences.shape[1]
         for b in range(B):
             if self.done_inputs[b]:
                 continue
             collected = []
             for j in range(n):
                 row = b * n + j
-                if self._completes(run.sequences[row].tolist()):
+                if self._completes(ctx.sequences[row].tolist()):
                     indices = tuple(self.history[row].tolist()) if self.track else None
                     pools[b][0].add(
-                        run.sequences[row],
+                        ctx.sequences[row],
                         float(self.beam_scores[row]),
                         length - self.prompt_length,
                         cfg.length_penalty,
@@ -448,22 +449,22 @@ class ConstrainedBeamSearch(BeamSearch):
                     if j not in collected:
                         row = b * n + j
                         pools[b][0].add(
-                            run.sequences[row],
+                            ctx.sequences[row],
                             float(self.beam_scores[row]),
                             length - self.prompt_length,
                             cfg.length_penalty,
                             None,
                             int(self.running_nodes[row]),
                         )
-        return pooled_output(self, run, pools, keep)
+        return pooled_output(self, ctx, pools, keep)
 
-    def beams(self, run, batch: int = 0) -> list[tuple[list[int], float, bool]]:
-        return pooled_beams(self, run, batch)
+    def beams(self, ctx, batch: int = 0) -> list[tuple[list[int], float, bool]]:
+        return pooled_beams(self, ctx, batch)
 
 
 def _round_robin(banks: list[int]) -> torch.LongTensor:
     """Positions that take, from a list sorted by bank (runs of equal banks), the first of
-    every run, then the second of every run, and so on (stable)."""
+    every ctx, then the second of every ctx, and so on (stable)."""
     counters = []
     count, current = -1, banks[0]
     for bank in banks:

@@ -16,7 +16,7 @@ engine those logits. With ``low_memory=True`` the candidates run one at a time a
 winner runs again (same tokens; less memory, slower).
 
 >>> out = generate(model, input_ids=ids, penalty_alpha=0.6, top_k=4)   # doctest: +SKIP
->>> contrastive_table(run.history)  # per step: candidates, penalty, score  # doctest: +SKIP
+>>> contrastive_table(ctx.history)  # per step: candidates, penalty, score  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -70,66 +70,62 @@ class ContrastiveSearch(TokenByToken):
 
     mode = "contrastive_search"
 
-    def start(self, run) -> None:
-        super().start(run)
+    def start(self, ctx) -> None:
+        super().start(ctx)
         self.context: torch.Tensor | None = None  # (rows, length, hidden)
         self.next_output: ModelOutput | None = None  # logits (rows, 1, vocab) for next step
 
     # -- forward: the prompt once; afterwards the winner's logits from the last select ---
-    def forward(self, run) -> ModelOutput:
+    def forward(self, ctx) -> ModelOutput:
         if getattr(self, "next_output", None) is not None:
             return self.next_output
-        # first step (or a switch to contrastive mid-run): hidden states of every position
-        run.cache.crop(0)
-        out = self._forward_rows(run, run.sequences, run.attention_mask, run.cache)
+        # first step (or a switch to contrastive mid-ctx): hidden states of every position
+        ctx.cache.crop(0)
+        out = self._forward_rows(ctx, ctx.sequences, ctx.attention_mask, ctx.cache)
         self.context = _last_hidden(out)  # (rows, length, hidden)
         return out
 
     @staticmethod
-    def _forward_rows(run, new, mask, cache, logits_to_keep=1, hidden=True) -> ModelOutput:
-        cfg = run.gen_config
-        from ..engine import position_ids_from_mask
-
-        return run.model.forward(
-            new,
-            attention_mask=mask,
-            position_ids=position_ids_from_mask(mask, new.shape[1]),
-            cache=cache,
-            logits_to_keep=logits_to_keep,
-            output_attentions=bool(cfg.output_attentions),
-            output_hidden_states=hidden,
+    def _forward_rows(ctx, new, mask, cache, logits_to_keep=1, hidden=True) -> ModelOutput:
+        return ctx.forward(
+            new, mask=mask, cache=cache, logits_to_keep=logits_to_keep, hidden_states=hidden
         )
 
+    def leave(self, ctx) -> None:
+        # the winner's forward already put the last token in the cache: take it out again
+        if self.next_output is not None:
+            ctx.cache.crop(ctx.sequences.shape[1] - 1)
+
     # -- select --------------------------------------------------------------------------
-    def select(self, run, scores: torch.Tensor) -> Selection:
+    def select(self, ctx, scores: torch.Tensor) -> Selection:
         k, alpha = int(self.config.top_k), float(self.config.penalty_alpha)
         rows = scores.shape[0]
         probs = torch.softmax(scores, dim=-1)
         top_probs, top_ids = torch.topk(probs, dim=-1, k=k)  # (rows, k)
-        mask = torch.cat([run.attention_mask, run.attention_mask.new_ones((rows, 1))], dim=-1)
+        mask = torch.cat([ctx.attention_mask, ctx.attention_mask.new_ones((rows, 1))], dim=-1)
         if self.config.low_memory:
-            out = self._candidates_one_by_one(run, top_ids, mask)
+            out = self._candidates_one_by_one(ctx, top_ids, mask)
         else:
-            run.cache.reorder(torch.arange(rows, device=top_ids.device).repeat_interleave(k))
+            ctx.cache.reorder(torch.arange(rows, device=top_ids.device).repeat_interleave(k))
             out = self._forward_rows(
-                run, top_ids.reshape(-1, 1), mask.repeat_interleave(k, 0), run.cache
+                ctx, top_ids.reshape(-1, 1), mask.repeat_interleave(k, 0), ctx.cache
             )
         cand_hidden = _last_hidden(out)  # (rows * k, 1, hidden)
         penalty = degeneration_penalty(
             self.context.repeat_interleave(k, dim=0),
             cand_hidden,
-            run.attention_mask.repeat_interleave(k, dim=0),
+            ctx.attention_mask.repeat_interleave(k, dim=0),
         )  # (rows * k,)
         score = contrastive_scores(top_probs.reshape(-1), penalty, alpha).view(rows, k)
         best = score.max(dim=-1).indices  # (rows,)
         winners = best + torch.arange(rows, device=best.device) * k  # rows of the k-fold batch
         tokens = top_ids[torch.arange(rows), best]
         if self.config.low_memory:  # the winner runs again to extend the (rows) cache
-            self._forward_rows(run, tokens[:, None], mask, run.cache, hidden=False)
+            self._forward_rows(ctx, tokens[:, None], mask, ctx.cache, hidden=False)
         else:
-            run.cache.reorder(winners)
+            ctx.cache.reorder(winners)
         self.context = torch.cat([self.context, cand_hidden[winners]], dim=1)
-        self.next_output = self._winner_output(out, winners, run)
+        self.next_output = self._winner_output(out, winners, ctx)
         info = {
             "contrastive": {
                 "candidates": top_ids.detach().cpu(),
@@ -139,13 +135,13 @@ class ContrastiveSearch(TokenByToken):
                 "chosen": best.detach().cpu(),
             }
         }
-        return Selection(self._pad_finished(run, tokens), info=info)
+        return Selection(self._pad_finished(ctx, tokens), info=info)
 
-    def _candidates_one_by_one(self, run, top_ids, mask) -> ModelOutput:
+    def _candidates_one_by_one(self, ctx, top_ids, mask) -> ModelOutput:
         outs = []
         for i in range(top_ids.shape[1]):
-            outs.append(self._forward_rows(run, top_ids[:, i : i + 1], mask, run.cache))
-            run.cache.crop(-1)
+            outs.append(self._forward_rows(ctx, top_ids[:, i : i + 1], mask, ctx.cache))
+            ctx.cache.crop(-1)
         # interleave to the (rows * k) order of the batched path
         logits = torch.stack([o.logits for o in outs], dim=1).flatten(0, 1)
         hidden = tuple(
@@ -161,8 +157,8 @@ class ContrastiveSearch(TokenByToken):
         return ModelOutput(logits=logits, hidden_states=hidden, attentions=attn)
 
     @staticmethod
-    def _winner_output(out: ModelOutput, winners, run) -> ModelOutput:
-        cfg = run.gen_config
+    def _winner_output(out: ModelOutput, winners, ctx) -> ModelOutput:
+        cfg = ctx.config
 
         def pick(layers):
             return None if layers is None else tuple(layer[winners] for layer in layers)
@@ -173,11 +169,11 @@ class ContrastiveSearch(TokenByToken):
             attentions=pick(out.attentions) if cfg.output_attentions else None,
         )
 
-    def force(self, run, scores: torch.Tensor, token_id: int) -> Selection:
-        sel = super().force(run, scores, token_id)
+    def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
+        sel = super().force(ctx, scores, token_id)
         rows = scores.shape[0]
-        mask = torch.cat([run.attention_mask, run.attention_mask.new_ones((rows, 1))], dim=-1)
-        out = self._forward_rows(run, sel.tokens[:, None], mask, run.cache)
+        mask = torch.cat([ctx.attention_mask, ctx.attention_mask.new_ones((rows, 1))], dim=-1)
+        out = self._forward_rows(ctx, sel.tokens[:, None], mask, ctx.cache)
         self.context = torch.cat([self.context, _last_hidden(out)], dim=1)
         self.next_output = ModelOutput(
             logits=out.logits[:, -1:, :], hidden_states=out.hidden_states, attentions=out.attentions

@@ -123,41 +123,40 @@ class DolaDecoding(TokenByToken):
 
     mode = "dola_generation"
 
-    def start(self, run) -> None:
-        super().start(run)
-        info = run.model.info
+    def start(self, ctx) -> None:
+        super().start(ctx)
+        info = ctx.info
         if info.is_encoder_decoder:
             raise ValueError("DoLa decoding works on decoder-only models only")
-        if not hasattr(run.model, "head_logits"):
+        if not hasattr(ctx.model, "head_logits"):
             raise ValueError(
                 f"DoLa needs a model whose output head can read earlier layers (genlab's "
-                f"built-in decoders or a transformers model), not {type(run.model).__name__}"
+                f"built-in decoders or a transformers model), not {type(ctx.model).__name__}"
             )
         self.layers = candidate_layers(
             self.config.dola_layers, int(info.num_hidden_layers), bool(info.tie_word_embeddings)
         )
         self.premature: dict[int, torch.Tensor] = {}
 
-    def forward(self, run) -> ModelOutput:
-        out = run._forward(hidden_states=True)
+    def forward(self, ctx) -> ModelOutput:
+        out = ctx.forward(hidden_states=True)
         if not out.hidden_states:
             raise ValueError("DoLa needs every layer's hidden states; the model returned none")
         self.premature = {
-            i: run.model.head_logits(out.hidden_states[i][:, -1, :]) for i in self.layers
+            i: ctx.model.head_logits(out.hidden_states[i][:, -1, :]) for i in self.layers
         }
         return out
 
-    def process(self, run, logits: torch.Tensor) -> torch.Tensor:
+    def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
         scores, self.chosen_layer, self.divergence = contrast_logits(logits, self.premature)
-        if run.tracer is not None:
-            run.tracer.on_stage(run.step_index, "DoLa", scores)
-        return run.apply_processors(run.sequences, scores)
+        scores = ctx.stage("DoLa", scores)
+        return ctx.process(ctx.sequences, scores)
 
     def choose(self, scores: torch.Tensor) -> torch.LongTensor:
         base = MultinomialSampling if self.config.do_sample else GreedySearch
         return base.choose(self, scores)
 
-    def select(self, run, scores: torch.Tensor) -> Selection:
+    def select(self, ctx, scores: torch.Tensor) -> Selection:
         info = {
             "dola": {
                 "layers": list(self.layers),
@@ -165,7 +164,7 @@ class DolaDecoding(TokenByToken):
                 "chosen_layer": self.chosen_layer,
             }
         }
-        return Selection(self._pad_finished(run, self.choose(scores)), info=info)
+        return Selection(self._pad_finished(ctx, self.choose(scores)), info=info)
 
 
 def dola_table(steps: Any):

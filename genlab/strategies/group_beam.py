@@ -180,16 +180,17 @@ class GroupBeamSearch(BeamSearch):
     REFUSES_LOW_MEMORY = False  # the reference ignores low_memory here
 
     mode = "group_beam_search"
+    family = "group_beam"
     FIXED = ("num_beams", "num_return_sequences", "num_beam_groups")
 
-    def start(self, run) -> None:
+    def start(self, ctx) -> None:
         cfg = self.config
-        B, n, G = run.batch_size, int(cfg.num_beams), int(cfg.num_beam_groups)
+        B, n, G = ctx.batch_size, int(cfg.num_beams), int(cfg.num_beam_groups)
         S = n // G
-        dev = run.device
+        dev = ctx.device
         self.num_beams, self.groups, self.group_size = n, G, S
         self.batch_size = B
-        self.prompt_length = run.prompt_length
+        self.prompt_length = ctx.prompt_length
         scores = torch.full((B, n), NEG, dtype=torch.float, device=dev)
         scores[:, ::S] = 0.0  # the first beam of every group starts
         self.beam_scores = scores.view(-1)
@@ -216,57 +217,55 @@ class GroupBeamSearch(BeamSearch):
         return state
 
     # -- one step: processing and choosing go together -----------------------------------
-    def process(self, run, logits: torch.Tensor) -> torch.Tensor:
+    def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
         """Process and choose group by group; returns the recorded scores (B*n, vocab)."""
         cfg = self.config
         B, n, G, S = self.batch_size, self.num_beams, self.groups, self.group_size
         vocab = logits.shape[-1]
         k = max(2, 1 + len(eos_ids(cfg))) * S
-        listening = is_listening(run)
-        staged = run.tracer is not None or run.registry.wants_processors()
+        listening = is_listening(ctx)
+        staged = ctx.wants_stages()
         stages: list[tuple[str, torch.Tensor]] = []
-        current = torch.zeros(B * n, dtype=run.sequences.dtype, device=logits.device)
+        current = torch.zeros(B * n, dtype=ctx.sequences.dtype, device=logits.device)
         processed_all = torch.zeros_like(logits)
         groups = []
         for g in range(G):
             rows = self._rows[g]
-            ids = run.sequences[rows]
+            ids = ctx.sequences[rows]
             log_probs = torch.log_softmax(logits[rows], dim=-1)
             if staged:
-                processed = self._staged(run, ids, log_probs, current, g, rows, stages, logits)
+                processed = self._staged(ctx, ids, log_probs, current, g, rows, stages, logits)
             else:
-                processed = run.processors(ids, log_probs, current_tokens=current, beam_group_idx=g)
+                processed = ctx.processors(ids, log_probs, current_tokens=current, beam_group_idx=g)
             accumulated = (processed + self.beam_scores[rows][:, None]).view(B, S * vocab)
             processed_all[rows] = processed
             values, flat = torch.topk(accumulated, k, dim=1, largest=True, sorted=True)
             parents = torch.div(flat, vocab, rounding_mode="floor")
             tokens = flat % vocab
-            choice = self._choose(run, values, tokens, parents, g)
+            choice = self._choose(ctx, values, tokens, parents, g)
             current[rows] = choice["tokens"]
             if listening:
                 choice["trace"] = (processed, accumulated, values, tokens, parents, current.clone())
             groups.append(choice)
-        if run.tracer is not None:
-            for name, full in stages:
-                run.tracer.on_stage(run.step_index, name, full)
-        self._pending = {"groups": groups, "tokens": current, "length": run.sequences.shape[1]}
+        for name, full in stages:  # observers (the trace) see whole stages
+            ctx.notify(f"processor.{name}", full)
+        self._pending = {"groups": groups, "tokens": current, "length": ctx.sequences.shape[1]}
         return processed_all
 
-    def _staged(self, run, ids, log_probs, current, g, rows, stages, logits):
+    def _staged(self, ctx, ids, log_probs, current, g, rows, stages, logits):
         """The processors one by one, for tracers and ``processor.<Name>`` hooks; every
         stage is collected into a (B*n, vocab) tensor filled group by group."""
         scores = log_probs
-        for i, proc in enumerate(run.processors):
+        for i, proc in enumerate(ctx.processors):
             scores = call_processor(proc, ids, scores, current_tokens=current, beam_group_idx=g)
             name = type(proc).__name__
-            if run.registry:
-                scores = run.registry.fire(f"processor.{name}", scores, run.step_index)
+            scores = ctx.stage(name, scores, notify=False)  # hooks see each group's rows
             if len(stages) <= i:
                 stages.append((name, torch.zeros_like(logits)))
             stages[i][1][rows] = scores
         return scores
 
-    def _choose(self, run, values, tokens, parents, g) -> dict[str, Any]:
+    def _choose(self, ctx, values, tokens, parents, g) -> dict[str, Any]:
         """The next S beams of group g for every input (pure: nothing is committed).
 
         values/tokens/parents: (B, K) best first. Returns tokens (B*S,), scores (B*S,),
@@ -297,7 +296,7 @@ class GroupBeamSearch(BeamSearch):
         new_tokens = tokens.gather(1, order)
         new_beam = in_group.gather(1, order)
         if bool(done.any()):
-            pad = run.gen_config.pad_token_id
+            pad = ctx.config.pad_token_id
             if pad is None or not eos:
                 raise ValueError("a finished group needs eos_token_id and pad_token_id")
             new_scores = torch.where(done[:, None], 0.0, new_scores)
@@ -315,7 +314,7 @@ class GroupBeamSearch(BeamSearch):
             "done": done,
         }
 
-    def select(self, run, scores: torch.Tensor) -> Selection:
+    def select(self, ctx, scores: torch.Tensor) -> Selection:
         pending = self._pending
         self._pending = None
         B, n, S = self.batch_size, self.num_beams, self.group_size
@@ -329,7 +328,7 @@ class GroupBeamSearch(BeamSearch):
             nodes = self.next_node + torch.arange(B * k, device=scores.device).view(B, k)
             self.next_node += B * k
             new_nodes.append(nodes)
-            kept = self._commit_group(run, g, choice, length, nodes)
+            kept = self._commit_group(ctx, g, choice, length, nodes)
             self.beam_scores[rows] = choice["scores"]
             beam = choice["beam"]
             if self.track:
@@ -339,13 +338,13 @@ class GroupBeamSearch(BeamSearch):
         parent_nodes = self.running_nodes
         self.running_nodes = nodes_all
         info = None
-        if is_listening(run):
+        if is_listening(ctx):
             info = publish(
-                run, self._trace_info_groups(run, pending, new_nodes, parent_nodes, length, scores)
+                ctx, self._trace_info_groups(ctx, pending, new_nodes, parent_nodes, length, scores)
             )
         return Selection(pending["tokens"], parents, info)
 
-    def _commit_group(self, run, g, choice, length, nodes) -> torch.LongTensor:
+    def _commit_group(self, ctx, g, choice, length, nodes) -> torch.LongTensor:
         """Add group g's finished hypotheses and update its done flags; returns, per new
         beam, the flat index (b*K + rank) of the candidate it came from (-1 when padded)."""
         cfg = self.config
@@ -361,7 +360,7 @@ class GroupBeamSearch(BeamSearch):
             if history0 is not None:
                 indices = tuple(history0[beam].tolist()) + (beam,)
             ok = self.pools[b][g].add(
-                run.sequences[row].clone(),
+                ctx.sequences[row].clone(),
                 float(values[b, rank]),
                 length + 1 - self.prompt_length,
                 cfg.length_penalty,
@@ -385,7 +384,7 @@ class GroupBeamSearch(BeamSearch):
         flat = torch.where(choice["done"][:, None], -1, choice["take"] + offset)
         return flat.reshape(-1)
 
-    def force(self, run, scores: torch.Tensor, token_id: int) -> Selection:
+    def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
         """Every running beam continues with ``token_id``; the group-by-group choice made
         in :meth:`process` is dropped. If the token is an EOS id, every beam of a group
         that is not done becomes a finished hypothesis and stops (score -1e9)."""
@@ -396,14 +395,14 @@ class GroupBeamSearch(BeamSearch):
         rows = torch.arange(B * n, device=scores.device)
         added = scores[:, token_id]
         if token_id in eos_ids(cfg):
-            length = run.sequences.shape[1]
+            length = ctx.sequences.shape[1]
             for b in range(B):
                 for g in range(G):
                     if self.done_groups[b][g]:
                         continue
                     for row in self._rows[g].view(B, -1)[b].tolist():
                         self.pools[b][g].add(
-                            run.sequences[row].clone(),
+                            ctx.sequences[row].clone(),
                             float(self.beam_scores[row] + added[row]),
                             length + 1 - self.prompt_length,
                             cfg.length_penalty,
@@ -421,12 +420,12 @@ class GroupBeamSearch(BeamSearch):
         tokens = torch.full((B * n,), token_id, dtype=torch.long, device=scores.device)
         return Selection(tokens, rows, None)
 
-    def update(self, run, selection: Selection) -> None:
+    def update(self, ctx, selection: Selection) -> None:
         all_done = all(all(flags) for flags in self.done_groups)
-        self.done = all_done or bool(stop_flags(run, run.sequences).all())
+        self.done = all_done or bool(stop_flags(ctx, ctx.sequences).all())
 
     # -- trace -------------------------------------------------------------------------------
-    def _trace_info_groups(self, run, pending, new_nodes, parent_nodes, length, scores):
+    def _trace_info_groups(self, ctx, pending, new_nodes, parent_nodes, length, scores):
         cfg = self.config
         B, n, S = self.batch_size, self.num_beams, self.group_size
         generated = length + 1 - self.prompt_length
@@ -581,11 +580,11 @@ class GroupBeamSearch(BeamSearch):
         return {"entries": out}
 
     # -- the end -------------------------------------------------------------------------------
-    def finalize(self, run) -> dict[str, Any]:
+    def finalize(self, ctx) -> dict[str, Any]:
         cfg = self.config
         B, G, S = self.batch_size, self.groups, self.group_size
         pools = copy.deepcopy(self.pools)
-        length = run.sequences.shape[1]
+        length = ctx.sequences.shape[1]
         flat_history = torch.cat(self.history, dim=0) if self.track else None
         for b in range(B):
             for g in range(G):
@@ -595,30 +594,30 @@ class GroupBeamSearch(BeamSearch):
                     row = (b * G + g) * S + s
                     indices = tuple(flat_history[row].tolist()) if self.track else None
                     pools[b][g].add(
-                        run.sequences[row],
+                        ctx.sequences[row],
                         float(self.beam_scores[row]),
                         length - self.prompt_length,
                         cfg.length_penalty,
                         indices,
                         int(self.running_nodes[row]),
                     )
-        return pooled_output(self, run, pools, int(cfg.num_return_sequences or 1))
+        return pooled_output(self, ctx, pools, int(cfg.num_return_sequences or 1))
 
-    def beams(self, run, batch: int = 0) -> list[tuple[list[int], float, bool]]:
-        return pooled_beams(self, run, batch)
+    def beams(self, ctx, batch: int = 0) -> list[tuple[list[int], float, bool]]:
+        return pooled_beams(self, ctx, batch)
 
 
-def pooled_output(strategy, run, pools, keep: int) -> dict[str, Any]:
+def pooled_output(strategy, ctx, pools, keep: int) -> dict[str, Any]:
     """The output fields of a search that keeps its finished hypotheses in ``pools``
     (group and constrained beam search): the best ``keep`` per input, padded."""
-    cfg = run.gen_config
+    cfg = ctx.config
     seqs, scores, indices, nodes = write_hypotheses(
         pools,
         keep,
-        getattr(run.stopping_criteria, "max_length", None),
+        getattr(ctx.stopping_criteria, "max_length", None),
         cfg.pad_token_id,
         eos_ids(cfg) or [cfg.pad_token_id],
-        run.sequences,
+        ctx.sequences,
     )
     strategy.returned_nodes = nodes
     return {
@@ -628,18 +627,18 @@ def pooled_output(strategy, run, pools, keep: int) -> dict[str, Any]:
     }
 
 
-def pooled_beams(strategy, run, batch: int = 0) -> list[tuple[list[int], float, bool]]:
+def pooled_beams(strategy, ctx, batch: int = 0) -> list[tuple[list[int], float, bool]]:
     """Running beams and finished hypotheses of one input, best first:
     (generated ids, length-normalised score, finished)."""
     n, p = strategy.num_beams, strategy.prompt_length
-    generated = max(run.sequences.shape[1] - p, 1)
+    generated = max(ctx.sequences.shape[1] - p, 1)
     penalty = strategy.config.length_penalty
     out = []
     for i in range(n):
         row = batch * n + i
         score = float(strategy.beam_scores[row])
         if score > NEG / 2:
-            out.append((run.sequences[row, p:].tolist(), score / generated**penalty, False))
+            out.append((ctx.sequences[row, p:].tolist(), score / generated**penalty, False))
     for pool in strategy.pools[batch]:
         for score, seq, _idx, _node in pool.entries:
             out.append((seq[p:].tolist(), float(score), True))

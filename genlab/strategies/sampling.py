@@ -13,30 +13,32 @@ from .base import Selection, Strategy
 class TokenByToken(Strategy):
     """Shared bookkeeping: finished rows are padded, stopping criteria end rows."""
 
-    def start(self, run) -> None:
+    family = "token"
+
+    def start(self, ctx) -> None:
         # (rows,) 1 while a row is still generating, as the reference keeps it
-        self.unfinished = torch.ones(run.sequences.shape[0], dtype=torch.long, device=run.device)
+        self.unfinished = torch.ones(ctx.sequences.shape[0], dtype=torch.long, device=ctx.device)
 
     def choose(self, scores: torch.Tensor) -> torch.LongTensor:
         raise NotImplementedError
 
-    def select(self, run, scores: torch.Tensor) -> Selection:
-        return Selection(self._pad_finished(run, self.choose(scores)))
+    def select(self, ctx, scores: torch.Tensor) -> Selection:
+        return Selection(self._pad_finished(ctx, self.choose(scores)))
 
-    def force(self, run, scores: torch.Tensor, token_id: int) -> Selection:
-        return Selection(self._pad_finished(run, super().force(run, scores, token_id).tokens))
+    def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
+        return Selection(self._pad_finished(ctx, super().force(ctx, scores, token_id).tokens))
 
-    def _pad_finished(self, run, tokens: torch.LongTensor) -> torch.LongTensor:
-        if run.has_eos_stopping and run.pad_token_id is not None:
+    def _pad_finished(self, ctx, tokens: torch.LongTensor) -> torch.LongTensor:
+        if ctx.has_eos_stopping and ctx.pad_token_id is not None:
             keep = self.unfinished
-            tokens = tokens * keep + run.pad_token_id * (1 - keep)
+            tokens = tokens * keep + ctx.pad_token_id * (1 - keep)
         return tokens
 
-    def update(self, run, selection: Selection) -> None:
-        done = run.stopping_criteria(run.sequences, run.recorded_scores())
+    def update(self, ctx, selection: Selection) -> None:
+        done = ctx.stop(ctx.sequences)
         self.unfinished = self.unfinished & ~done
 
-    def is_done(self, run) -> bool:
+    def is_done(self, ctx) -> bool:
         return bool(self.unfinished.max() == 0)
 
 

@@ -84,7 +84,7 @@ class StepDebugger(widgets.VBox):
         with WARNINGS_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run = lm.start(prompt, chat=chat, seed=seed, generation_config=cfg)
-        run.tracer = Tracer(run, top_k=trace_top_k)
+        run.attach_tracer(Tracer(run, top_k=trace_top_k))
         self.runs: list[Run] = [run]
         self.run = run
 

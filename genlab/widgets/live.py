@@ -65,11 +65,11 @@ def start_run(
     tracer_class=None,
 ) -> Run:
     """A traced Run of ``lm`` on ``prompt`` with a private copy of ``config``. Warnings of
-    the set-up are kept in ``run.setup_warnings``; ``tracer_class`` replaces the Tracer."""
+    the set-up are kept in ``run.warnings``; ``tracer_class`` replaces the Tracer."""
     if isinstance(prompt, str) and not prompt.strip() and not chat:
         raise ValueError("prompt is empty: type some text to continue (or tick chat)")
     ids, mask = lm.encode(prompt, chat=chat)
-    with WARNINGS_LOCK, warnings.catch_warnings(record=True) as caught:
+    with WARNINGS_LOCK, warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         run = Run(
             lm.model,
@@ -83,8 +83,7 @@ def start_run(
             output_scores=True,
         )
     if tracer_class is not None:
-        run.tracer = tracer_class(run, top_k=trace_top_k)
-    run.setup_warnings = [str(w.message) for w in caught]
+        run.attach_tracer(tracer_class(run, top_k=trace_top_k))
     return run
 
 
@@ -169,7 +168,7 @@ class LiveView(widgets.VBox):
             if job.cancelled.is_set():
                 if not job.stopped:
                     raise Cancelled
-                run.stopped = True
+                run.stop()
                 break
             run.step()
             self.progress.value = min(run.step_index, total)

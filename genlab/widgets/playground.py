@@ -165,10 +165,10 @@ class Playground(LiveView):
         if self.tabs.selected_index == 1:
             self._show_plots()
         notes = [f"{len(table)} tokens", f"mode {run.mode}", f"seed {self.seed_box.value}"]
-        stopped = getattr(run, "stopped", False)
+        stopped = run.interrupted
         if stopped:
             notes.insert(0, "stopped")
-        warn = run.setup_warnings
+        warn = list(run.warnings)
         text = " · ".join(notes) + ("\n" + "\n".join(warn) if warn else "")
         self.status.value = message(text, "warn" if stopped or warn else "ok")
 

@@ -1,0 +1,232 @@
+"""What a decoding strategy may see and do during one step: the :class:`StepContext`.
+
+A strategy never receives the :class:`~genlab.engine.Run`. It gets this narrow view, made
+by the engine: read-only facts (the running sequences and mask, the effective config, the
+step index, the prompt length, special tokens, the model's info), the run's cache (which
+the engine checkpoints before the step and restores if the step fails), and the few
+operations a strategy needs:
+
+* :meth:`forward` -- the one place where the model runs during generation;
+* :meth:`process` -- the logits processors in order, with their hook points;
+* :meth:`stage` -- an extra named stage of the scores (DoLa's contrast), seen by hooks;
+* :meth:`stop` -- the stopping criteria on given sequences;
+* :meth:`emit` / :meth:`listening` -- payloads for observers (``beam.candidates``);
+* :meth:`spawn` -- a nested run (assisted decoding's draft model).
+
+This module imports nothing from the engine; the engine passes itself in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .ids import position_ids_from_mask
+from .models.base import ModelOutput
+from .processors import call_processor
+
+
+class StepContext:
+    """The strategies' view of a run (one per run; it reads the run's current state)."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run) -> None:
+        self._run = run
+
+    # -- read-only facts ---------------------------------------------------------------------
+    @property
+    def sequences(self) -> torch.LongTensor:
+        """(rows, length) prompt plus generated tokens."""
+        return self._run.state.sequences
+
+    @property
+    def attention_mask(self) -> torch.LongTensor:
+        """(rows, length) 1 on real tokens, 0 on padding."""
+        return self._run.state.attention_mask
+
+    @property
+    def cache(self):
+        """The run's KV cache (strategies may crop or reorder it inside a step)."""
+        return self._run.state.cache
+
+    @property
+    def config(self):
+        """The effective GenerationConfig of this step (lengths resolved for the prompt)."""
+        return self._run.state.plan.config
+
+    @property
+    def step(self) -> int:
+        """Index of the step being computed (0 for the first generated token)."""
+        return self._run.state.step_index
+
+    @property
+    def prompt_length(self) -> int:
+        return self._run.given.prompt_length
+
+    @property
+    def batch_size(self) -> int:
+        """Number of prompts (rows before expansion for beams or several returns)."""
+        return self._run.given.batch_size
+
+    @property
+    def device(self) -> torch.device:
+        return self._run.given.device
+
+    @property
+    def info(self):
+        """The model's :class:`~genlab.models.base.ModelInfo`."""
+        return self._run.given.info
+
+    @property
+    def model(self):
+        """The genlab-protocol model (strategies use it for heads and draft models only;
+        the forward pass goes through :meth:`forward`)."""
+        return self._run.given.model
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self._run.given.pad_token_id
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return self._run.given.eos_token_ids
+
+    @property
+    def has_eos_stopping(self) -> bool:
+        """True when an EOS stopping criterion is active (finished rows get padding)."""
+        return self._run.state.plan.has_eos_stopping
+
+    @property
+    def assistant_model(self):
+        return self._run.given.assistant_model
+
+    @property
+    def user_processors(self):
+        """The logits processors the user passed to generate (draft runs get them too)."""
+        return self._run.given.user_processors
+
+    @property
+    def stopping_criteria(self):
+        """The run's StoppingCriteriaList (call :meth:`stop` to apply it)."""
+        return self._run.state.plan.stopping_criteria
+
+    @property
+    def processors(self):
+        """The run's LogitsProcessorList (call :meth:`process` to get the hook points)."""
+        return self._run.state.plan.processors
+
+    # -- operations ---------------------------------------------------------------------------
+    def forward(
+        self,
+        new: torch.LongTensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        cache=None,
+        logits_to_keep: int = 1,
+        hidden_states: bool | None = None,
+        attentions: bool | None = None,
+    ) -> ModelOutput:
+        """Run the model; the one place where generation calls it.
+
+        Defaults: the tokens the cache has not seen, the run's mask and cache (a fresh cache
+        each step with ``use_cache=False``), the config's output flags. ``hidden_states=True``
+        asks for every layer's hidden states whatever the config says.
+        """
+        run = self._run
+        state, cfg = run.state, run.state.plan.config
+        default = new is None and cache is None
+        if cache is None:
+            cache = (
+                state.cache
+                if cfg.use_cache is not False
+                else run.given.model.new_cache(state.sequences.shape[0])
+            )
+        if new is None:
+            new = state.sequences[:, cache.length() :]
+        if mask is None:
+            mask = state.attention_mask
+        forward = run.given.model.forward
+        compiled = state.plan.compiled
+        if default and compiled is not None and cache.length():
+            forward = compiled  # the prompt runs eagerly; static-cache decoding steps compiled
+        encdec = run.given.encdec
+        return forward(
+            new,
+            attention_mask=mask,
+            position_ids=position_ids_from_mask(mask, new.shape[1]),
+            cache=cache,
+            logits_to_keep=logits_to_keep,
+            output_attentions=bool(cfg.output_attentions) if attentions is None else attentions,
+            output_hidden_states=bool(cfg.output_hidden_states) or bool(hidden_states),
+            **(encdec.step_inputs() if encdec is not None else {}),
+        )
+
+    def process(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        """The logits processors in order; each one's result passes ``processor.<Name>``."""
+        run = self._run
+        processors, registry = run.state.plan.processors, run.registry
+        if not registry.wants_processors():
+            return processors(input_ids, scores, **kwargs)
+        step = run.state.step_index
+        for proc in processors:
+            scores = call_processor(proc, input_ids, scores, **kwargs)
+            scores = registry.fire(f"processor.{type(proc).__name__}", scores, step)
+        return scores
+
+    def stage(self, name: str, scores: torch.Tensor, notify: bool = True) -> torch.Tensor:
+        """Scores at a named stage (``processor.<name>``: hooks may replace them). With
+        ``notify=False`` observers are not shown this part; call :meth:`notify` with the
+        whole stage once it is complete (group beam search fills it group by group)."""
+        registry = self._run.registry
+        if registry.wants_processors():
+            step = self._run.state.step_index
+            return registry.fire(f"processor.{name}", scores, step, notify=notify)
+        return scores
+
+    def notify(self, point: str, value: Any) -> None:
+        """Show ``value`` to the observers of ``point`` (the trace, widgets) only."""
+        self._run.registry.notify(point, value, self._run.state.step_index)
+
+    def wants_stages(self) -> bool:
+        """True when someone listens to the processors one by one."""
+        return self._run.registry.wants_processors()
+
+    def stop(self, sequences: torch.LongTensor, scores: Any = ...) -> torch.BoolTensor:
+        """The stopping criteria on ``sequences`` (rows, length) -> (rows,) bools; they get
+        the recorded scores as in the reference unless ``scores`` is given."""
+        run = self._run
+        if scores is ...:
+            scores = run.recorded_scores()
+        hits = run.state.plan.stopping_criteria(sequences, scores)
+        hits = torch.as_tensor(hits, dtype=torch.bool, device=sequences.device)
+        return hits.expand(sequences.shape[0]) if hits.dim() == 0 else hits
+
+    def listening(self, point: str) -> bool:
+        """True when a hook or observer listens at ``point`` (build payloads only then)."""
+        return self._run.registry.has(point)
+
+    def emit(self, point: str, payload: Any) -> Any:
+        """Show ``payload`` to the hooks at ``point`` (observe only); returns the payload."""
+        registry = self._run.registry
+        if registry.has(point):
+            registry.fire(point, payload, self._run.state.step_index, observe_only=True)
+        return payload
+
+    def spawn(self, model, cache=None, **kwargs):
+        """A nested run on ``model`` (same arguments as :func:`genlab.start`), going on in
+        ``cache`` when one is given (a draft model's cache kept between drafts)."""
+        run = type(self._run)(model, **kwargs)
+        if cache is not None:
+            run.state.cache = cache
+        return run
+
+    def as_model(self, model):
+        """``model`` (a genlab model, an LM or a transformers model) as a genlab model."""
+        from .models.adapt import as_model
+
+        return as_model(model)
+
+
+__all__ = ["StepContext", "call_processor"]

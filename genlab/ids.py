@@ -1,0 +1,70 @@
+"""Token ids, EOS lists and positions: the small normalisations every layer needs, once.
+
+Used by the engine, the encoder-decoder preparation, the strategies and the processor
+builder; imports nothing from the rest of genlab.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def eos_list(eos: Any) -> list[int]:
+    """EOS id(s) as a list of ints: ``None`` -> ``[]``, ``2`` -> ``[2]``, a tensor or a list
+    -> its ints.
+
+    >>> eos_list(2), eos_list([2, 3]), eos_list(None), eos_list(torch.tensor([4]))
+    ([2], [2, 3], [], [4])
+    """
+    if eos is None:
+        return []
+    if isinstance(eos, torch.Tensor):
+        return [int(e) for e in eos.reshape(-1).tolist()]
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
+def config_eos(config: Any) -> list[int]:
+    """A generation config's ``eos_token_id`` as a list (empty when unset)."""
+    return eos_list(getattr(config, "eos_token_id", None))
+
+
+def as_ids(x: Any, name: str) -> torch.LongTensor | None:
+    """A prompt as a (batch, length) tensor: a tensor or a (nested) list of ints; one row
+    may be given as 1-D. ``None`` stays ``None``."""
+    if x is None:
+        return None
+    if not isinstance(x, torch.Tensor):
+        try:
+            x = torch.tensor(x, dtype=torch.long)
+        except (TypeError, ValueError) as e:
+            raise ValueError(
+                f"{name} must be a tensor or a (nested) list of ints of equal lengths: {e}"
+            ) from None
+    if x.dim() == 1:
+        x = x.unsqueeze(0)
+    if x.dim() != 2:
+        raise ValueError(f"{name} must have shape (batch, length), got {tuple(x.shape)}")
+    return x
+
+
+def check_ids(name: str, ids: torch.Tensor, vocab_size: int | None) -> None:
+    """Raise a ValueError naming ``name`` when integer ``ids`` fall outside the vocabulary."""
+    if vocab_size is None or ids.dtype not in (torch.long, torch.int) or not ids.numel():
+        return
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+        bad = ids[(ids < 0) | (ids >= vocab_size)].unique().tolist()[:5]
+        raise ValueError(f"{name} contain ids outside the vocabulary [0, {vocab_size}): {bad}")
+
+
+def position_ids_from_mask(mask: torch.Tensor, new: int) -> torch.LongTensor:
+    """Positions of the last ``new`` tokens: the count of real tokens before each (pads get
+    1, as the reference gives them).
+
+    >>> position_ids_from_mask(torch.tensor([[0, 1, 1, 1]]), 2)
+    tensor([[1, 2]])
+    """
+    pos = mask.long().cumsum(-1) - 1
+    pos.masked_fill_(mask == 0, 1)
+    return pos[:, -new:]
