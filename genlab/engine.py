@@ -263,7 +263,7 @@ class Run:
         if config.token_healing:  # re-tokenized prompts; the mask stays the original's
             from .healing import heal_tokens
 
-            ids = heal_tokens(model, ids, parts["tokenizer"])
+            ids = heal_tokens(model, ids, parts["tokenizer"], generate)
             if mask.shape != ids.shape:
                 mask = _infer_attention_mask(ids, pad, eos)
         streamer = parts.pop("streamer")
@@ -505,9 +505,10 @@ class Run:
             return None
         return self._step(want_record=True)
 
-    def run(self, max_steps: int | None = None):
+    def run(self, max_steps: int | None = None, keep_on_interrupt: bool = True):
         """Step until a stopping criterion ends the generation (or ``max_steps`` steps);
-        returns the output. KeyboardInterrupt keeps every step finished so far."""
+        returns the output. KeyboardInterrupt keeps every step finished so far and returns
+        their output (with ``keep_on_interrupt=False`` it propagates, as nested runs need)."""
         n = 0
         t0 = time.perf_counter()
         want = self.given.keep_history
@@ -516,6 +517,8 @@ class Run:
                 self._step(want_record=want)
                 n += 1
         except KeyboardInterrupt:
+            if not keep_on_interrupt:
+                raise
             self.interrupted = True
             warnings.warn(
                 f"generation interrupted after {self.state.step_index} steps; the tokens "

@@ -9,7 +9,7 @@ the text most likely continues as ``https``. Healing, as transformers 4.56.2 doe
 3. drop the last token and let the model choose one token under that bias (greedy), so
    the prompt ends in whichever extension the model prefers.
 
->>> ids = heal_tokens(model, ids, tokenizer)   # doctest: +SKIP
+>>> ids = heal_tokens(model, ids, tokenizer, genlab.generate)   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -47,15 +47,15 @@ def _tail_token_text(tokenizer, token_id: int) -> str:
     return text.replace(" ", space) if space else text
 
 
-def heal_tokens(model, input_ids: torch.LongTensor, tokenizer) -> torch.LongTensor:
-    """Token-healed prompts (rows, length'); ``model`` is any model ``generate`` accepts."""
+def heal_tokens(model, input_ids: torch.LongTensor, tokenizer, generate) -> torch.LongTensor:
+    """Token-healed prompts (rows, length'); ``model`` is any model ``generate`` accepts
+    (the engine passes its own ``generate``, which heals with a constrained generation)."""
     if tokenizer is None:
         raise ValueError(
             "token_healing=True needs the model's tokenizer: pass tokenizer= to "
             "generate (lm.generate passes its own)"
         )
     from .config import GenerationConfig
-    from .engine import generate
 
     bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
     vocab = tokenizer.get_vocab()

@@ -239,7 +239,7 @@ def test_token_healing_matches_reference(tokenizer):
     apples, appl = tokenizer.convert_tokens_to_ids(["apples", "appl"])
     with torch.no_grad():
         model.lm_head.weight[apples] = model.lm_head.weight[appl] + 3 * hidden / hidden.dot(hidden)
-    healed = heal_tokens(model, ids, tokenizer)
+    healed = heal_tokens(model, ids, tokenizer, genlab.generate)
     assert tokenizer.convert_ids_to_tokens(healed[0]) == ["(", "apples"]
     kwargs = dict(input_ids=ids, token_healing=True, tokenizer=tokenizer, max_new_tokens=4)
     with warnings.catch_warnings():

@@ -259,7 +259,7 @@ class ModelDrafter:
                 min_new_tokens=min_new,
                 cache=self.cache,
             )
-        draft.run()
+        draft.run(keep_on_interrupt=False)
         self.cache = draft.cache
         self.mask = draft.attention_mask
         return draft.sequences, torch.stack(draft.recorded_scores(), dim=1)  # (1, n, vocab)

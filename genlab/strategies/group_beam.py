@@ -611,10 +611,13 @@ def pooled_output(strategy, ctx, pools, keep: int) -> dict[str, Any]:
     """The output fields of a search that keeps its finished hypotheses in ``pools``
     (group and constrained beam search): the best ``keep`` per input, padded."""
     cfg = ctx.config
+    max_length = getattr(ctx.stopping_criteria, "max_length", None)
+    if not strategy.done:  # stopped or interrupted early: no EOS column after the last step
+        max_length = ctx.sequences.shape[1]
     seqs, scores, indices, nodes = write_hypotheses(
         pools,
         keep,
-        getattr(ctx.stopping_criteria, "max_length", None),
+        max_length,
         cfg.pad_token_id,
         eos_ids(cfg) or [cfg.pad_token_id],
         ctx.sequences,

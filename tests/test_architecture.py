@@ -1,0 +1,81 @@
+"""The package's layering: no import cycles, the engine never imports widgets or plots."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "genlab"
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        mods[name] = path
+    return mods
+
+
+def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the genlab modules it imports (at any depth of the file)."""
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        pkg = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = ".".join(pkg[: len(pkg) - node.level + 1] + [node.module or ""])
+                    base = base.rstrip(".")
+                else:
+                    base = node.module or ""
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in mods:
+                    target = target.rpartition(".")[0]
+                if target and target != mod and not mod.startswith(target + "."):
+                    edges[mod].add(target)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    found, done = [], set()
+
+    def visit(node, path):
+        for nxt in sorted(edges[node]):
+            if nxt in path:
+                found.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in done:
+                done.add(nxt)
+                visit(nxt, path + [nxt])
+
+    for start in sorted(edges):
+        if start not in done:
+            done.add(start)
+            visit(start, [start])
+    return found
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_imports(_modules()))
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_engine_layers_never_import_widgets_or_plots():
+    edges = _imports(_modules())
+    low = [m for m in edges if not m.startswith(("genlab.widgets", "genlab.plots"))]
+    low = [m for m in low if m != "genlab"]  # the package's lazy exports
+    for mod in low:
+        bad = {t for t in edges[mod] if t.startswith(("genlab.widgets", "genlab.plots"))}
+        assert not bad, f"{mod} imports {sorted(bad)}"
+
+
+def test_strategies_never_see_the_run():
+    strategies = [m for m in _modules() if m.startswith("genlab.strategies")]
+    edges = _imports(_modules())
+    for mod in strategies:
+        assert "genlab.engine" not in edges[mod], f"{mod} imports the engine"
