@@ -30,10 +30,12 @@ import torch
 
 from .caches import compiled_forward, make_cache
 from .context import StepContext
+from .history import replay, restore_snapshot, take_snapshot
 from .hooks import HookRegistry
-from .ids import as_ids, check_ids, eos_list
+from .ids import check_ids
 from .models.adapt import as_model
-from .state import RECORDED, STATEFUL_PROCESSORS, Given, Plan, RunState, Snapshot, Undo
+from .prepare import config_values, make_plan, prepare_config, prepare_inputs, switch_strategy
+from .state import STATEFUL_PROCESSORS, Given, RunState, Snapshot, Undo
 from .strategies import Selection, strategy_for
 from .tokens import show_token
 
@@ -41,42 +43,6 @@ from .tokens import show_token
 INPUT_KEYS = ("input_ids", "attention_mask", "tokenizer")
 
 __all__ = ["Run", "Step", "as_model", "generate", "prepare_config", "start"]
-
-
-# ----------------------------------------------------------------------------------------
-# config preparation
-# ----------------------------------------------------------------------------------------
-def prepare_config(model, generation_config=None, use_model_defaults=None, **kwargs):
-    """Base config (the model's defaults or the given one) updated with ``kwargs``.
-
-    Returns ``(config, unused_kwargs)``, mirroring the reference's precedence: explicit
-    kwargs > the given config > the model's generation defaults > global defaults.
-    """
-    from .config import GenerationConfig
-
-    info = model.info
-    defaults = dict(info.generation_defaults or {})
-    # a model without a generation_config.json still knows its special tokens
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
-        if defaults.get(key) is None and getattr(info, key, None) is not None:
-            defaults[key] = getattr(info, key)
-    if generation_config is None:
-        config = GenerationConfig.from_dict(defaults) if defaults else GenerationConfig()
-    else:
-        config = copy.deepcopy(GenerationConfig.from_any(generation_config))
-        if use_model_defaults is not False and defaults:
-            plain = GenerationConfig()
-            for key, value in defaults.items():
-                if key.startswith("_") or key == "transformers_version":
-                    continue
-                if getattr(config, key, None) == getattr(plain, key, None) and value != getattr(
-                    plain, key, None
-                ):
-                    setattr(config, key, value)
-            if config.temperature == 0.0:
-                config.do_sample = False
-    unused = config.update(**kwargs)
-    return config, unused
 
 
 # ----------------------------------------------------------------------------------------
@@ -195,7 +161,7 @@ class Run:
         _, caught = _set_up_warnings(set_up)
         self.given.warnings = caught
         if self.given.keep_history:
-            self._initial = self._snapshot()
+            self._initial = take_snapshot(self)
         if trace:
             from .trace import Tracer
 
@@ -204,78 +170,25 @@ class Run:
     # -- set-up ------------------------------------------------------------------------------
     def _set_up(self, model, input_ids, attention_mask, generation_config, use_defaults,
                 kwargs, parts) -> None:  # fmt: skip
-        info = model.info
         inputs = kwargs.pop("inputs", None)
         config, unused = prepare_config(model, generation_config, use_defaults, **kwargs)
         if input_ids is None:
             input_ids = unused.pop("input_ids", None) if "input_ids" in unused else inputs
         if attention_mask is None:
             attention_mask = unused.pop("attention_mask", None)
-        device = getattr(model, "device", None) or torch.device("cpu")
-        encdec = None
-        if info.is_encoder_decoder:  # the encoder runs once; the run works on the decoder
-            from .encdec import prepare_encoder_decoder
-
-            encdec = prepare_encoder_decoder(
-                model, config, input_ids, attention_mask, unused, device=device
-            )
-            input_ids, attention_mask = encdec.decoder_input_ids, encdec.decoder_attention_mask
-        elif unused:
-            from .encdec import check_decoder_only_inputs
-
-            check_decoder_only_inputs(unused, info.architecture or info.name)
-        if unused:
-            raise ValueError(
-                f"unknown generate() arguments: {', '.join(sorted(unused))}. They are neither "
-                "GenerationConfig fields nor model inputs (input_ids, attention_mask, tokenizer)."
-            )
-        ids = as_ids(input_ids, "input_ids")
-        if ids is None:
-            if config.bos_token_id is None:
-                raise ValueError("input_ids is None and bos_token_id is not set: give a prompt")
-            ids = torch.tensor([[int(config.bos_token_id)]], dtype=torch.long)
-        ids = ids.to(device)
-        check_ids("input_ids", ids, info.vocab_size)
-        ctx = info.max_position_embeddings
-        if ctx is not None and ids.shape[1] > ctx:
-            raise ValueError(
-                f"the prompt has {ids.shape[1]} tokens but the model's context is {ctx} "
-                "(max_position_embeddings): shorten the prompt"
-            )
-        eos = eos_list(config.eos_token_id)
-        pad = config.pad_token_id
-        if pad is None and eos:
-            pad = eos[0]
-            if attention_mask is None:
-                warnings.warn(
-                    "attention_mask and pad_token_id were not set; pass attention_mask "
-                    "for reliable results",
-                    stacklevel=4,
-                )
-        pad = None if pad is None else int(pad)
-        mask = as_ids(attention_mask, "attention_mask")
-        if mask is None:
-            mask = _infer_attention_mask(ids, pad, eos)
-        elif mask.shape != ids.shape:
-            raise ValueError(
-                f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(ids.shape)}"
-            )
-        if config.token_healing:  # re-tokenized prompts; the mask stays the original's
-            from .healing import heal_tokens
-
-            ids = heal_tokens(model, ids, parts["tokenizer"], generate)
-            if mask.shape != ids.shape:
-                mask = _infer_attention_mask(ids, pad, eos)
+        ids, mask, pad, eos, encdec, device = prepare_inputs(
+            model, config, unused, input_ids, attention_mask, parts["tokenizer"], generate
+        )
         streamer = parts.pop("streamer")
-        if streamer is not None and not getattr(streamer, "is_beam_streamer", False):
-            if config.num_beams > 1:
-                raise ValueError(
-                    "streamer cannot be used with beam search: use a "
-                    "genlab.streamers.BeamStreamer or num_beams=1"
-                )
-        self.given = Given(
+        beam_streamer = streamer is not None and getattr(streamer, "is_beam_streamer", False)
+        if streamer is not None and not beam_streamer and config.num_beams > 1:
+            raise ValueError(
+                "streamer cannot be used with beam search: use a "
+                "genlab.streamers.BeamStreamer or num_beams=1"
+            )
+        self.given = given = Given(
             model=model,
-            info=info,
+            info=model.info,
             device=device,
             input_ids=ids,
             prompt_length=ids.shape[1],
@@ -285,25 +198,24 @@ class Run:
             encdec=encdec,
             has_default_max_length="max_length" not in kwargs,
             has_default_min_length="min_length" not in kwargs,
-            streamer=streamer,
+            streamer=None if beam_streamer else streamer,
             **parts,
         )
         self.config = config
-        plan = self._make_plan(None)
+        plan = make_plan(config, given)
         strategy = strategy_for(plan.mode)(plan.config)
         expand = strategy.rows_per_input(plan.config)
         if encdec is not None:
             encdec.expand(expand)
         sequences = ids.repeat_interleave(expand, dim=0)
-        cache = make_cache(model, sequences.shape[0], plan.config, plan.mode,
-                           parts["assistant_model"] is not None)  # fmt: skip
-        plan.compiled = (
-            None if encdec is not None else compiled_forward(model, plan.config, cache, plan.mode)
-        )
+        has_assistant = given.assistant_model is not None
+        cache = make_cache(model, sequences.shape[0], plan.config, plan.mode, has_assistant)
+        if encdec is None:
+            plan.compiled = compiled_forward(model, plan.config, cache, plan.mode)
         rng = None
-        if parts["seed"] is not None:  # the run's own random stream; the global one is kept
+        if given.seed is not None:  # the run's own random stream; the global one is kept
             user = torch.get_rng_state()
-            torch.manual_seed(parts["seed"])
+            torch.manual_seed(given.seed)
             rng = torch.get_rng_state()
             torch.set_rng_state(user)
         self.state = RunState(
@@ -315,93 +227,26 @@ class Run:
             rng=rng,
         )
         strategy.start(self._ctx)
-        if streamer is not None and getattr(streamer, "is_beam_streamer", False):
+        if beam_streamer:
             streamer.attach(self)  # a step_end hook: it reads the beams, put() is not used
-            self.given.streamer = None
         elif streamer is not None:
             self.state.streaming = True
             streamer.put(sequences.cpu())  # the prompt rows as generation starts (expanded)
 
-    def _effective_config(self):
-        """A copy of ``self.config`` with lengths resolved against this prompt."""
-        given = self.given
-        cfg = copy.deepcopy(self.config)
-        n = given.prompt_length
-        if cfg.max_new_tokens is not None:
-            cfg.max_length = cfg.max_new_tokens + n
-        elif given.has_default_max_length and cfg.max_length == 20:
-            cfg.max_length = 20 + n
-            if given.info.max_position_embeddings is not None:
-                cfg.max_length = min(cfg.max_length, given.info.max_position_embeddings)
-        if cfg.min_new_tokens is not None:
-            cfg.min_length = cfg.min_new_tokens + n
-        if cfg.pad_token_id is None and given.pad_token_id is not None:
-            cfg.pad_token_id = given.pad_token_id
-        return cfg
-
-    def _config_values(self) -> dict:
-        # shallow copies of what is mutable, so that a value edited in place counts as a change
-        return {
-            k: v if isinstance(v, _IMMUTABLE) else copy.copy(v)
-            for k, v in vars(self.config).items()
-        }
-
-    def _make_plan(self, seen: dict | None) -> Plan:
-        """Processors, stopping criteria and mode for the current config (validated)."""
-        from .processors import build_processors
-        from .stopping import build_stopping_criteria
-
-        given = self.given
-        self.config.validate()
-        self.config.check_token_ids(given.info.vocab_size)
-        cfg = self._effective_config()
-        mode = cfg.get_generation_mode(given.assistant_model)
-        mode = getattr(mode, "value", mode)
-        strategy_for(mode)  # an unknown mode fails here, before anything is built
-        encoder_ids = given.input_ids if given.encdec is None else given.encdec.encoder_input_ids
-        processors = build_processors(
-            cfg,
-            input_ids_seq_length=given.prompt_length,
-            encoder_input_ids=encoder_ids,
-            prefix_allowed_tokens_fn=given.prefix_allowed_tokens_fn,
-            logits_processor=given.user_processors,
-            model=given.model,
-            negative_prompt_ids=given.negative_prompt_ids,
-            negative_prompt_attention_mask=given.negative_prompt_attention_mask,
-            device=given.device,
-            vocab_size=given.info.vocab_size,
-            is_beam_sampling=mode == "beam_sample",
-        )
-        criteria = build_stopping_criteria(
-            cfg,
-            tokenizer=given.tokenizer,
-            user_criteria=given.user_criteria,
-            max_position_embeddings=given.info.max_position_embeddings,
-        )
-        return Plan(
-            config=cfg,
-            mode=mode,
-            processors=processors,
-            stopping_criteria=criteria,
-            has_eos_stopping=any(hasattr(c, "eos_token_id") for c in criteria),
-            compiled=None,
-            seen=seen if seen is not None else self._config_values(),
-        )
-
     def _refresh_plan(self) -> None:
         """Rebuild the plan (and the strategy, on a mode switch) after a config change."""
         state = self.state
-        seen = self._config_values()
+        seen = config_values(self.config)
         if seen == state.plan.seen:
             return
-        plan = self._make_plan(seen)
+        plan = make_plan(self.config, self.given, seen)
         old = state.strategy
         cls = strategy_for(plan.mode)
         if type(old) is cls:
             old.config = plan.config  # beam strategies refuse changes of their row layout
             strategy = old
         else:
-            strategy = _switch_strategy(old, cls, plan, state.plan, self._ctx)
+            strategy = switch_strategy(old, cls, plan, state.plan, self._ctx)
         if self.given.encdec is None:  # a config change may turn compiling on or off
             plan.compiled = compiled_forward(self.given.model, plan.config, state.cache, plan.mode)
         state.plan, state.strategy = plan, strategy
@@ -556,9 +401,9 @@ class Run:
         target = self.state.step_index - n
         stateful = any(type(p).__name__ in STATEFUL_PROCESSORS for p in self.processors)
         if self.state.strategy.reorders_rows or stateful:
-            self._replay(target)
+            replay(self, target)
         else:
-            self._restore(self._snapshots[target], target)
+            restore_snapshot(self, self._snapshots[target], target)
             del self._snapshots[target:]
             del self.history[target:]
         self.state.finished = False
@@ -659,7 +504,7 @@ class Run:
 
     def _transaction(self, want_record: bool) -> Step | None:
         undo = Undo.take(self.state)
-        snap = self._snapshot(undo) if self.given.keep_history else None
+        snap = take_snapshot(self, undo) if self.given.keep_history else None
         user_rng = None
         if self.state.rng is not None:
             user_rng = torch.get_rng_state()
@@ -812,159 +657,10 @@ class Run:
             out = self.registry.fire("finish", out, state.step_index)
         return out
 
-    # -- history -------------------------------------------------------------------------------
-    def _snapshot(self, undo: Undo | None = None) -> Snapshot:
-        st = self.state
-        rng = st.rng if st.rng is not None else (undo.global_rng if undo else None)
-        return Snapshot(
-            sequences=st.sequences,
-            attention_mask=st.attention_mask,
-            cache_len=st.cache.length(),
-            lengths={k: len(v) for k, v in st.recorded.items()},
-            strategy=st.strategy,
-            strategy_state=undo.strategy_state if undo else st.strategy.get_state(),
-            plan=st.plan,
-            rng=(rng if rng is not None else torch.get_rng_state()).clone(),
-            config=copy.deepcopy(self.config),
-            forced=list(st.forced),
-            streaming=st.streaming,
-        )
-
-    def _restore(self, snap: Snapshot, target: int) -> None:
-        st = self.state
-        st.sequences, st.attention_mask = snap.sequences, snap.attention_mask
-        st.cache.crop(snap.cache_len)
-        st.strategy, st.plan = snap.strategy, snap.plan
-        st.strategy.set_state(snap.strategy_state)
-        st.strategy.config = snap.plan.config
-        for name, n in snap.lengths.items():
-            del st.recorded[name][n:]
-        if st.rng is not None:
-            st.rng = snap.rng.clone()
-        else:
-            torch.set_rng_state(snap.rng)
-        self.config = copy.deepcopy(snap.config)
-        st.forced = list(snap.forced)
-        st.step_index = target
-
-    def _replay(self, target: int) -> None:
-        """Rebuild the state after ``target`` steps by re-running them from the start."""
-        plan = [(s.config, s.took_forced) for s in self._snapshots[:target]]
-        forced_after = list(self._snapshots[target].forced)
-        init = self._initial
-        st = self.state
-        st.cache = make_cache(
-            self.given.model,
-            init.sequences.shape[0],
-            init.plan.config,
-            init.plan.mode,
-            self.given.assistant_model is not None,
-        )
-        st.sequences, st.attention_mask = init.sequences, init.attention_mask
-        st.strategy, st.plan = init.strategy, init.plan
-        st.strategy.set_state(init.strategy_state)
-        st.strategy.config = init.plan.config
-        restore_processors_fresh(self, init)
-        for name in RECORDED:
-            st.recorded[name].clear()
-        if st.rng is not None:
-            st.rng = init.rng.clone()
-        else:
-            torch.set_rng_state(init.rng)
-        st.step_index, st.finished = 0, False
-        registry, tracer, history = self.registry, self._tracer, self.history
-        self.registry, self._tracer = HookRegistry(), None
-        self._snapshots, self.history = [], []
-        try:
-            for config, took in plan:
-                self.config = copy.deepcopy(config)
-                self.state.forced = [] if took is None else [took]
-                self._step(want_record=False)
-        finally:
-            self.registry, self._tracer = registry, tracer
-            self.history = history[:target]
-            self.state.forced = forced_after
-
     def __repr__(self) -> str:
         st = self.state
         status = "finished" if st.finished else "running"
         return f"Run({st.plan.mode}, step={st.step_index}, rows={st.sequences.shape[0]}, {status})"
-
-
-def restore_processors_fresh(run: Run, init: Snapshot) -> None:
-    """Stateful processors start over: rebuild the plan the replay starts from."""
-    if any(type(p).__name__ in STATEFUL_PROCESSORS for p in init.plan.processors):
-        saved = run.config
-        run.config = copy.deepcopy(init.config)
-        try:
-            plan = run._make_plan(None)
-        finally:
-            run.config = saved
-        plan.compiled = init.plan.compiled
-        run.state.plan = plan
-        run.state.strategy.config = plan.config
-
-
-_IMMUTABLE = (int, float, str, type(None))  # config values compared without a copy
-
-
-def _infer_attention_mask(ids: torch.LongTensor, pad: int | None, eos: list[int]):
-    """0 on padding when the pad id occurs in the prompt and is not an EOS id, else ones."""
-    if pad is not None and (ids == pad).any() and pad not in eos:
-        return ids.ne(pad).long()
-    return torch.ones_like(ids)
-
-
-def _switch_strategy(old, cls, plan: Plan, old_plan: Plan, ctx):
-    """The strategy for a new generation mode between steps, or a ValueError (raised before
-    anything changed) naming the field and saying why.
-
-    Token-by-token modes (greedy, sampling, contrastive, DoLa, assisted / prompt lookup /
-    early exit) hand over which rows are finished; beam search and beam sampling hand over
-    their whole state. Moving between one row per input and beams is refused: the rows
-    mean different things (start a new run, or fork before changing the mode).
-    """
-    family_old, family_new = old.family, cls.family
-    if family_old == family_new == "token":
-        if cls.rows_per_input(plan.config) != old.rows_per_input(old_plan.config):
-            raise ValueError(
-                "num_return_sequences cannot change during a run (it fixes the number of rows): "
-                "set it back, or start a new run"
-            )
-        old.leave(ctx)
-        new = cls(plan.config)
-        new.start(ctx)
-        new.unfinished = old.unfinished.clone()
-        return new
-    if family_old == family_new == "beam":
-        new = cls(plan.config)
-        new.set_state(old.get_state())
-        new.config = plan.config
-        return new
-    field = "num_beams" if "token" in (family_old, family_new) else _beam_field(old, cls)
-    raise ValueError(
-        f"cannot switch a running generation from {old.mode} to {cls.mode} ({field} changed): "
-        f"{_why(family_old, family_new)} Set {field} back, or start a new run (fork first to "
-        "keep this one)."
-    )
-
-
-def _beam_field(old, cls) -> str:
-    modes = {old.mode, cls.mode}
-    if "group_beam_search" in modes:
-        return "num_beam_groups"
-    if "constrained_beam_search" in modes:
-        return "constraints / force_words_ids"
-    return "num_beams"
-
-
-def _why(a: str, b: str) -> str:
-    if "token" in (a, b):
-        return (
-            "a token-by-token run has one row per sequence, a beam search one row per beam "
-            "with scores and a hypothesis pool, so neither can go on from the other's state."
-        )
-    return "these beam searches keep different hypothesis pools and cannot take over each other's."
 
 
 def _call_custom_generate(fn, model, run: Run):

@@ -58,8 +58,9 @@ def test_config_change_takes_effect_next_step(hf_llama):
 
 
 def test_invalid_config_change_errors_before_forward(hf_llama):
-    run = _run(hf_llama, do_sample=True)
+    run = _run(hf_llama, do_sample=True, seed=1)  # unseeded, an early EOS made this flaky
     run.step()
+    assert not run.finished
     run.config.top_p = 1.5
     with pytest.raises(ValueError, match="top_p"):
         run.step()

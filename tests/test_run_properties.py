@@ -64,7 +64,7 @@ def _apply(run, op, with_failures: bool):
         run = run.fork()
     elif kind in ("top_k", "temperature"):
         run.set(**{kind: op[1]})
-    elif kind == "fail" and with_failures and not run.finished:
+    elif kind == "fail" and with_failures and not run.finished and _fires(run, op[1]):
 
         def boom(value, step):
             raise RuntimeError("hook failure")
@@ -72,6 +72,13 @@ def _apply(run, op, with_failures: bool):
         with pytest.raises(RuntimeError, match="hook failure"), run.hooks(**{op[1]: boom}):
             run.step()
     return run
+
+
+def _fires(run, point: str) -> bool:
+    """A processor hook fires only when that processor is active (top_k=0 removes it)."""
+    if not point.startswith("processor."):
+        return True
+    return any(type(p).__name__ == point.split(".", 1)[1] for p in run.processors)
 
 
 @settings(
