@@ -34,6 +34,7 @@ from .history import replay, restore_snapshot, take_snapshot
 from .hooks import HookRegistry
 from .ids import check_ids
 from .models.adapt import as_model
+from .prefix import PrefixCache
 from .prepare import config_values, make_plan, prepare_config, prepare_inputs, switch_strategy
 from .state import STATEFUL_PROCESSORS, Given, RunState, Snapshot, Undo
 from .strategies import Selection, strategy_for
@@ -123,6 +124,7 @@ class Run:
         trace: bool | dict = False,
         seed: int | None = None,
         keep_history: bool = False,
+        prefix_cache=None,
         **kwargs,
     ) -> None:
         self.registry = HookRegistry()
@@ -155,6 +157,7 @@ class Run:
                     streamer=streamer,
                     seed=seed,
                     keep_history=keep_history,
+                    prefix_cache=prefix_cache,
                 ),
             )
 
@@ -210,6 +213,11 @@ class Run:
         sequences = ids.repeat_interleave(expand, dim=0)
         has_assistant = given.assistant_model is not None
         cache = make_cache(model, sequences.shape[0], plan.config, plan.mode, has_assistant)
+        if given.prefix_cache is not None:  # start from an earlier run's prompt cache
+            if PrefixCache.applies(ids, mask, plan.config, encdec):
+                cache = given.prefix_cache.take(model, ids, sequences.shape[0]) or cache
+            else:
+                given.prefix_cache = None
         if encdec is None:
             plan.compiled = compiled_forward(model, plan.config, cache, plan.mode)
         rng = None
@@ -350,17 +358,23 @@ class Run:
             return None
         return self._step(want_record=True)
 
-    def run(self, max_steps: int | None = None, keep_on_interrupt: bool = True):
+    def run(self, max_steps: int | None = None, keep_on_interrupt: bool = True, progress=False):
         """Step until a stopping criterion ends the generation (or ``max_steps`` steps);
         returns the output. KeyboardInterrupt keeps every step finished so far and returns
-        their output (with ``keep_on_interrupt=False`` it propagates, as nested runs need)."""
+        their output (with ``keep_on_interrupt=False`` it propagates, as nested runs need).
+        ``progress=True`` shows a tqdm bar (tokens so far, tokens/s; the notebook widget in
+        Jupyter)."""
         n = 0
         t0 = time.perf_counter()
         want = self.given.keep_history
+        bar = self._progress_bar() if progress else None
         try:
             while not self.state.finished and (max_steps is None or n < max_steps):
+                before = self.state.sequences.shape[1]
                 self._step(want_record=want)
                 n += 1
+                if bar is not None:
+                    bar.update(self.state.sequences.shape[1] - before)
         except KeyboardInterrupt:
             if not keep_on_interrupt:
                 raise
@@ -373,9 +387,17 @@ class Run:
             self._finish(self.state)
         finally:
             self.elapsed += time.perf_counter() - t0
+            if bar is not None:
+                bar.close()
         if self.state.finished or self.interrupted:
             return self.output
         return None
+
+    def _progress_bar(self):
+        from tqdm.auto import tqdm
+
+        total = int(self.gen_config.max_length) - self.state.sequences.shape[1]
+        return tqdm(total=max(total, 0), unit="tok", desc=f"genlab {self.mode}")
 
     def stop(self) -> Run:
         """End the run now, keeping every step so far (``interrupted`` becomes True); a
@@ -524,6 +546,8 @@ class Run:
             torch.set_rng_state(user_rng)
         # ---- committed ----
         self._output = None
+        if state.step_index == 1 and self.given.prefix_cache is not None:
+            self.given.prefix_cache.remember(self.given.model, self.given.input_ids, state.cache)
         if snap is not None:
             snap.took_forced = took
             self._snapshots.append(snap)

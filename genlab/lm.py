@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from .engine import Run, as_model
+from .prefix import PrefixCache
 
 
 @dataclass
@@ -99,6 +100,8 @@ class LM:
             tokenizer = getattr(model, "tokenizer", None)
         self.tokenizer = tokenizer
         self.name = name or self.model.info.name
+        #: prompt caches shared by this LM's runs (a re-run computes only what changed)
+        self.prefix_cache = PrefixCache()
         if tokenizer is not None:
             n = len(tokenizer)
             if n > self.model.info.vocab_size:
@@ -170,11 +173,12 @@ class LM:
         system: str | None = None,
         trace: bool | dict = False,
         seed: int | None = None,
+        progress: bool = False,
         **config,
     ) -> GenerationResult:
         """Generate from text; returns a :class:`GenerationResult` (text, tables, trace)."""
         run = self._new_run(prompt, chat, system, trace, seed, False, config)
-        run.run()
+        run.run(progress=progress)
         return self.result(run)
 
     def _new_run(self, prompt, chat, system, trace, seed, keep_history, config) -> Run:
@@ -192,6 +196,7 @@ class LM:
             trace=trace,
             seed=seed,
             keep_history=keep_history,
+            prefix_cache=self.prefix_cache,
             **config,
         )
 

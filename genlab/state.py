@@ -54,6 +54,7 @@ class Given:
     has_default_min_length: bool = True
     seed: int | None = None
     keep_history: bool = False
+    prefix_cache: Any = None  # a PrefixCache the prompt's keys and values come from / go to
     warnings: tuple[str, ...] = ()
 
 
