@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .ids import check_ids
+from .ids import check_ids, eos_list
 
 #: arguments that only mean something for an encoder-decoder model
 ENCODER_DECODER_ONLY = (
@@ -257,7 +257,7 @@ def prepare_encoder_decoder(
             f"{model.info.architecture} is an encoder-decoder model: give its source as inputs "
             f"or {name}= (or precomputed encoder_outputs=)"
         )
-    eos = _eos(config.eos_token_id)
+    eos = eos_list(config.eos_token_id)
     pad = config.pad_token_id if config.pad_token_id is not None else (eos[0] if eos else None)
     if inputs is not None:
         inputs = _as_tensor(inputs, name, device)
@@ -315,14 +315,6 @@ def prepare_encoder_decoder(
         decoder_mask_given=given_mask,
         model_kwargs=kwargs,
     )
-
-
-def _eos(eos) -> list[int]:
-    if eos is None:
-        return []
-    if isinstance(eos, torch.Tensor):
-        eos = eos.tolist()
-    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
 
 
 def _check_model_kwargs(model, kwargs: dict[str, Any]) -> None:
