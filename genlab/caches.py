@@ -67,6 +67,8 @@ class StaticKVCache(KVCache):
         self._len = [length + n for length in self._len]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Write k, v (rows, kv_heads, new, head_dim) after the valid positions; a
+        ValueError when they do not fit in the capacity."""
         start, n = self._len[layer], k.shape[2]
         if start + n > self.capacity:
             raise ValueError(
@@ -80,6 +82,7 @@ class StaticKVCache(KVCache):
         return super().append(layer, k, v)
 
     def copy(self) -> StaticKVCache:
+        """An independent copy (same capacity)."""
         other = StaticKVCache(self.num_layers, self.capacity)
         other._len = list(self._len)
         other.keys = [None if k is None else k.clone() for k in self.keys]

@@ -63,6 +63,7 @@ class StepContext:
 
     @property
     def prompt_length(self) -> int:
+        """Tokens in the prompt (padding included)."""
         return self._run.given.prompt_length
 
     @property
@@ -72,6 +73,7 @@ class StepContext:
 
     @property
     def device(self) -> torch.device:
+        """Where the run's tensors live."""
         return self._run.given.device
 
     @property
@@ -87,10 +89,12 @@ class StepContext:
 
     @property
     def pad_token_id(self) -> int | None:
+        """The id finished rows receive (the config's, else the first EOS)."""
         return self._run.given.pad_token_id
 
     @property
     def eos_token_ids(self) -> list[int]:
+        """The EOS ids as a list."""
         return self._run.given.eos_token_ids
 
     @property
@@ -100,6 +104,7 @@ class StepContext:
 
     @property
     def assistant_model(self):
+        """The draft model given to generate (assisted decoding), or None."""
         return self._run.given.assistant_model
 
     @property

@@ -93,6 +93,7 @@ class HookRegistry:
         return bool(self._hooks) or bool(self._observers)
 
     def has(self, name: str) -> bool:
+        """True when a hook or an observer listens at ``name``."""
         if name in self._hooks or name in self._observers:
             return True
         return name.startswith("processor.") and "processor.*" in self._observers

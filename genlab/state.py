@@ -101,6 +101,7 @@ def cache_checkpoint(cache) -> Any:
 
 
 def cache_restore(cache, token) -> None:
+    """Put ``cache`` back to :func:`cache_checkpoint`'s ``token``."""
     if cache is None or token is None:
         return
     if isinstance(token, tuple) and len(token) == 2 and token[0] == "length":
@@ -128,6 +129,7 @@ def processor_states(processors) -> list[tuple[Any, dict]] | None:
 
 
 def restore_processor_states(states) -> None:
+    """Put the processors of :func:`processor_states` back as they were."""
     for p, saved in states or ():
         values = {}
         for k, v in saved.items():
@@ -155,6 +157,7 @@ class Undo:
 
     @classmethod
     def take(cls, state: RunState) -> Undo:
+        """The undo point of ``state`` before a step."""
         return cls(
             state=replace(state, forced=list(state.forced)),
             lengths={k: len(v) for k, v in state.recorded.items()},

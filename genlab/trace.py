@@ -95,9 +95,11 @@ class Tracer:
         ]
 
     def on_logits(self, step: int, logits: torch.Tensor) -> None:
+        """A step begins: its raw logits (rows, vocab) are the first stage."""
         self._current = [("raw", logits)]
 
     def on_stage(self, step: int, name: str, scores: torch.Tensor) -> None:
+        """The scores after the stage ``name`` (a processor, DoLa, or "final")."""
         if self.record_stages or name == "final":
             self._current.append((name, scores))
 
@@ -168,6 +170,7 @@ class Tracer:
         return record, probs
 
     def truncate(self, step: int) -> None:
+        """Forget the steps from ``step`` on (the run was rewound)."""
         self.steps = [s for s in self.steps if s.step < step]
 
     def fork(self, run) -> Tracer:
@@ -180,6 +183,7 @@ class Tracer:
 
     @property
     def trace(self) -> Trace:
+        """The recorded steps as a :class:`Trace` (tables and plots)."""
         return Trace(
             self.steps,
             tokenizer=self.run.tokenizer,
@@ -201,6 +205,7 @@ class Trace:
         return len(self.records)
 
     def token_text(self, token_id: int) -> str:
+        """The decoded text of one token (its id as text without a tokenizer)."""
         if self.tokenizer is None or token_id < 0:
             return str(token_id)
         return self.tokenizer.decode([int(token_id)])

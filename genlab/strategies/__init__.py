@@ -9,6 +9,7 @@ STRATEGIES: dict[str, type[Strategy]] = {}
 
 
 def register(cls: type[Strategy]) -> type[Strategy]:
+    """Make ``cls`` the strategy of its generation mode (``cls.mode``); returns it."""
     STRATEGIES[cls.mode] = cls
     return cls
 

@@ -98,16 +98,17 @@ class PromptLookupDrafter:
         self.num_assistant_tokens = self.num_tokens
 
     def draft(self, ctx, ids):
+        """``ids`` (1, length) followed by the drafted tokens, and no draft scores."""
         drafted = prompt_lookup_candidates(
             ids, self.num_tokens, self.max_ngram, self.max_length, self.eos
         )
         return torch.cat([ids, drafted[None, :]], dim=1), None
 
     def adapt(self, n_matches: int, n_drafted: int) -> None:
-        pass
+        """Prompt lookup keeps its draft length."""
 
     def finish(self) -> None:
-        pass
+        """Nothing to write back."""
 
 
 class EarlyExitModel:
@@ -142,14 +143,17 @@ class EarlyExitModel:
 
     @property
     def device(self):
+        """The device of the full model."""
         return self.base.device
 
     def new_cache(self, batch_size: int):
+        """A cache for the first layers only."""
         if self.hf is not None:
             return self.base.new_cache(batch_size)
         return self._view.new_cache(batch_size)
 
     def forward(self, input_ids, **kwargs) -> ModelOutput:
+        """The model's forward through its first ``layers`` layers (same arguments)."""
         if self.hf is None:
             return self._view.forward(input_ids, **kwargs)
         inner = getattr(self.hf, self.hf.base_model_prefix)
@@ -234,6 +238,8 @@ class ModelDrafter:
         return cfg
 
     def draft(self, ctx, ids):
+        """``ids`` (1, length) followed by the draft model's tokens, and their scores
+        (1, n, vocab); the draft model's cache is kept for the next draft."""
         cur = ids.shape[1]
         cfg = ctx.config
         max_new = min(int(self.num_assistant_tokens), int(cfg.max_length) - cur - 1)
@@ -272,6 +278,8 @@ class ModelDrafter:
         return other
 
     def adapt(self, n_matches: int, n_drafted: int) -> None:
+        """The heuristic schedules draft 2 more tokens after a full match, 1 fewer after a
+        miss (as the reference)."""
         if self.schedule in ("heuristic", "heuristic_transient"):
             if n_matches == n_drafted:
                 self.num_assistant_tokens += 2.0
@@ -279,6 +287,7 @@ class ModelDrafter:
                 self.num_assistant_tokens = max(1.0, self.num_assistant_tokens - 1.0)
 
     def finish(self) -> None:
+        """Write the adapted draft length back to the assistant's config."""
         # the reference keeps the adapted length on the assistant for the next call
         if self._write_back is not None and self.schedule == "heuristic":
             self._write_back.num_assistant_tokens = self.num_assistant_tokens

@@ -81,19 +81,23 @@ class Strategy:
         return ctx.forward()
 
     def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
+        """The scores to choose from: raw ``logits`` (rows, vocab) through the logits
+        processors (``ctx.process``)."""
         return ctx.process(ctx.sequences, logits)
 
     def select(self, ctx, scores: torch.Tensor) -> Selection:
+        """Choose the next token of every row from ``scores`` (rows, vocab)."""
         raise NotImplementedError
 
     def update(self, ctx, selection: Selection) -> None:
         """Bookkeeping after the new tokens were appended to ``ctx.sequences``."""
 
     def is_done(self, ctx) -> bool:
+        """True when the generation is over (after :meth:`update`)."""
         raise NotImplementedError
 
     def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
-        """Select ``token_id`` for every running row (``ctx.force``)."""
+        """Select ``token_id`` for every running row (what ``Run.force`` queued)."""
         tokens = torch.full((scores.shape[0],), token_id, dtype=torch.long, device=scores.device)
         return Selection(tokens)
 
@@ -107,9 +111,11 @@ class Strategy:
 
     # -- snapshots -----------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
+        """Copies of everything the strategy keeps between steps (not its config)."""
         return {k: _clone(v) for k, v in vars(self).items() if k != "config"}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Back to a :meth:`get_state` result (copied again: the snapshot stays intact)."""
         for k, v in state.items():
             setattr(self, k, _clone(v))
 

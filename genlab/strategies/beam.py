@@ -177,6 +177,8 @@ class BeamSearch(Strategy):
     # -- config: live changes are allowed except for the row layout ----------------------
     @property
     def config(self):
+        """The effective GenerationConfig; setting one that changes the row layout
+        (``num_beams``, ``num_return_sequences``...) is refused with a ValueError."""
         return self._config
 
     @config.setter

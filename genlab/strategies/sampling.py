@@ -16,10 +16,12 @@ class TokenByToken(Strategy):
     family = "token"
 
     def start(self, ctx) -> None:
+        """Every row starts unfinished."""
         # (rows,) 1 while a row is still generating, as the reference keeps it
         self.unfinished = torch.ones(ctx.sequences.shape[0], dtype=torch.long, device=ctx.device)
 
     def choose(self, scores: torch.Tensor) -> torch.LongTensor:
+        """One token per row from ``scores`` (rows, vocab): the rule of the strategy."""
         raise NotImplementedError
 
     def select(self, ctx, scores: torch.Tensor) -> Selection:
