@@ -73,8 +73,14 @@ def _row_ids(seq: torch.Tensor, mask: torch.Tensor | None, prompt_length: int, e
     return ids, start
 
 
-def as_sequence(source: Any, prompt: Any = None, *, row: int = 0, chat: bool | None = None,
-                system: str | None = None) -> Sequence:  # fmt: skip
+def as_sequence(
+    source: Any,
+    prompt: Any = None,
+    *,
+    row: int = 0,
+    chat: bool | None = None,
+    system: str | None = None,
+) -> Sequence:
     """What :func:`logit_lens` and :func:`attention` read.
 
     source: a :class:`~genlab.engine.Run`, a :class:`~genlab.lm.GenerationResult`, or an
@@ -91,16 +97,17 @@ def as_sequence(source: Any, prompt: Any = None, *, row: int = 0, chat: bool | N
             raise ValueError("prompt: give either a run/result or an LM with a prompt, not both")
         if getattr(source, "encdec", None) is not None:
             raise ValueError(
-                "the lens and attention views read decoder-only models; this run is "
-                "encoder-decoder"
+                "the lens and attention views read decoder-only models; this run is encoder-decoder"
             )
         rows = source.sequences.shape[0]
         if not 0 <= row < rows:
             raise ValueError(f"row={row} is out of range: the run has {rows} row(s)")
         ids, start = _row_ids(
-            source.sequences[row], source.attention_mask[row], source.prompt_length,
+            source.sequences[row],
+            source.attention_mask[row],
+            source.prompt_length,
             set(source.eos_token_ids),
-        )  # fmt: skip
+        )
         return Sequence(source.model, source.tokenizer, ids, start, True)
     if isinstance(source, LM):
         if prompt is None:
@@ -116,8 +123,9 @@ def as_sequence(source: Any, prompt: Any = None, *, row: int = 0, chat: bool | N
     )
 
 
-def teacher_forced(model, ids: torch.LongTensor, *, hidden_states: bool = False,
-                   attentions: bool = False):  # fmt: skip
+def teacher_forced(
+    model, ids: torch.LongTensor, *, hidden_states: bool = False, attentions: bool = False
+):
     """One forward pass over ``ids`` (length,) or (rows, length) from an empty cache, logits
     at every position: a :class:`~genlab.models.base.ModelOutput`."""
     if ids.dim() == 1:
@@ -133,9 +141,14 @@ def teacher_forced(model, ids: torch.LongTensor, *, hidden_states: bool = False,
     ctx = eager() if attentions and eager is not None else contextlib.nullcontext()
     with torch.no_grad(), ctx:
         out = model.forward(
-            ids, attention_mask=mask, position_ids=positions, cache=model.new_cache(rows),
-            logits_to_keep=0, output_attentions=attentions, output_hidden_states=hidden_states,
-        )  # fmt: skip
+            ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=model.new_cache(rows),
+            logits_to_keep=0,
+            output_attentions=attentions,
+            output_hidden_states=hidden_states,
+        )
     if hidden_states and not out.hidden_states:
         raise ValueError(f"{type(model).__name__} returned no hidden states")
     if attentions and (not out.attentions or any(a is None for a in out.attentions)):

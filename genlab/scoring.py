@@ -285,10 +285,13 @@ def _processors(lm, generation_config, config, seqs, starts) -> list:
             one.max_length = st + one.max_new_tokens
         out.append(
             build_processors(
-                one, input_ids_seq_length=st, encoder_input_ids=torch.tensor([s[:st]]),
-                model=lm.model, vocab_size=lm.info.vocab_size,
+                one,
+                input_ids_seq_length=st,
+                encoder_input_ids=torch.tensor([s[:st]]),
+                model=lm.model,
+                vocab_size=lm.info.vocab_size,
             )
-        )  # fmt: skip
+        )
     return out
 
 

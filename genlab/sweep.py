@@ -81,7 +81,7 @@ def _check_grid(grid) -> dict[str, list]:
 
     if not isinstance(grid, dict) or not grid:
         raise ValueError(
-            'grid: give a dict of GenerationConfig fields to lists of values, e.g. '
+            "grid: give a dict of GenerationConfig fields to lists of values, e.g. "
             '{"temperature": [0.7, 1.0], "top_p": [0.9, 1.0]}'
         )
     plain = GenerationConfig()
@@ -139,9 +139,13 @@ def sweep(
     for done, values in enumerate(settings):
         setting = dict(zip(keys, values))
         res = lm.generate(
-            prompt_ids[None], seed=seed, num_return_sequences=n, max_new_tokens=max_new_tokens,
-            **config, **setting,
-        )  # fmt: skip
+            prompt_ids[None],
+            seed=seed,
+            num_return_sequences=n,
+            max_new_tokens=max_new_tokens,
+            **config,
+            **setting,
+        )
         eos = set(res.run.eos_token_ids)
         pad = res.run.pad_token_id
         generated = []

@@ -29,8 +29,13 @@ def _ink(rgba) -> str:
     return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
 
 
-def lens_heatmap(lens, *, steps: Sequence[int] | None = None,
-                 layers: Sequence[int] | None = None, width: float | None = None) -> Figure:  # fmt: skip
+def lens_heatmap(
+    lens,
+    *,
+    steps: Sequence[int] | None = None,
+    layers: Sequence[int] | None = None,
+    width: float | None = None,
+) -> Figure:
     """Layers (rows, the output at the top) x generated tokens (columns): each cell
     coloured by the probability that layer gives the token finally chosen, with the
     layer's own top token written in it.
@@ -49,9 +54,14 @@ def lens_heatmap(lens, *, steps: Sequence[int] | None = None,
     ax = fig.add_subplot()
     cmap = matplotlib.colormaps["RdYlGn"]
     image = ax.imshow(
-        np.nan_to_num(probs, nan=0.0), cmap=cmap, vmin=0, vmax=1, aspect="auto",
-        origin="lower", interpolation="nearest",
-    )  # fmt: skip
+        np.nan_to_num(probs, nan=0.0),
+        cmap=cmap,
+        vmin=0,
+        vmax=1,
+        aspect="auto",
+        origin="lower",
+        interpolation="nearest",
+    )
     for i in range(nr):
         for j in range(nc):
             p = probs[i, j]
@@ -60,20 +70,33 @@ def lens_heatmap(lens, *, steps: Sequence[int] | None = None,
             ax.text(j, i, label, ha="center", va="center", fontsize=SMALL, color=colour)
     ax.set_yticks(range(nr), ["emb" if r == 0 else str(r) for r in rows], fontsize=SMALL)
     labels = [_short(lens.target_tokens[c] or "?", cell_chars + 2) for c in cols]
-    ax.set_xticks(range(nc), labels, fontsize=8, rotation=40 if nc > 8 else 0, ha="right"
-                  if nc > 8 else "center")  # fmt: skip
+    ax.set_xticks(
+        range(nc),
+        labels,
+        fontsize=8,
+        rotation=40 if nc > 8 else 0,
+        ha="right" if nc > 8 else "center",
+    )
     ax.set_ylabel("layer (emb = embeddings)", fontsize=9)
     ax.set_xlabel("chosen token" if lens.generated else "next token of the text", fontsize=9)
     cbar = fig.colorbar(image, ax=ax, shrink=0.6, pad=0.01)
     cbar.set_label("p(chosen token) at this layer", fontsize=9)
     cbar.ax.tick_params(labelsize=8)
-    ax.set_title("Logit lens: each layer's top guess (text) and its belief in the chosen token "
-                 "(colour)", fontsize=10)  # fmt: skip
+    ax.set_title(
+        "Logit lens: each layer's top guess (text) and its belief in the chosen token (colour)",
+        fontsize=10,
+    )
     return fig
 
 
-def attention_heatmap(att, *, layer: int | None = None, head: int | None = None,
-                      metric: str = "entropy", width: float | None = None) -> Figure:  # fmt: skip
+def attention_heatmap(
+    att,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    metric: str = "entropy",
+    width: float | None = None,
+) -> Figure:
     """Top: a layer x head summary (``metric``: "entropy" of the weights, or "max_weight");
     bottom: one head's weights over the prompt and the tokens before (default: the head
     that puts the most weight on one token other than the first and the query itself)."""
@@ -96,19 +119,26 @@ def attention_heatmap(att, *, layer: int | None = None, head: int | None = None,
     fig = Figure(figsize=(width or MAX_WIDTH, 7.0), layout="constrained")
     top, bottom = fig.subplots(2, 1, height_ratios=[1, 1.15])
     image = top.imshow(grid.T, aspect="auto", cmap=cmap, origin="lower", interpolation="nearest")
-    top.set_xticks(range(0, nl, max(1, nl // 15)), [str(i + 1) for i in range(0, nl, max(1, nl // 15))],
-                   fontsize=8)  # fmt: skip
+    top.set_xticks(
+        range(0, nl, max(1, nl // 15)),
+        [str(i + 1) for i in range(0, nl, max(1, nl // 15))],
+        fontsize=8,
+    )
     top.set_yticks(range(nh), [str(h) for h in range(nh)], fontsize=8)
     top.set_xlabel("layer", fontsize=9)
     top.set_ylabel("head", fontsize=9)
-    top.add_patch(matplotlib.patches.Rectangle((layer - 1.5, head - 0.5), 1, 1, fill=False,
-                                               edgecolor="red", linewidth=2))  # fmt: skip
+    top.add_patch(
+        matplotlib.patches.Rectangle(
+            (layer - 1.5, head - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2
+        )
+    )
     cbar = fig.colorbar(image, ax=top, pad=0.01)
     cbar.set_label(label, fontsize=9)
     cbar.ax.tick_params(labelsize=8)
     top.set_title(
         f"Attention of every head when predicting step {att.step} (query "
-        f"{_short(att.query_token, 12)} -> next {_short(att.target_token, 12)}); red: the head below",
+        f"{_short(att.query_token, 12)} -> next {_short(att.target_token, 12)}); "
+        "red: the head below",
         fontsize=10,
     )
     weights = w[layer - 1, head]
@@ -116,13 +146,16 @@ def attention_heatmap(att, *, layer: int | None = None, head: int | None = None,
     colours = ["tab:gray" if k < att.start else "tab:orange" for k in range(nk)]
     bottom.bar(x, weights, color=colours)
     step = max(1, int(np.ceil(nk / 60)))
-    bottom.set_xticks(x[::step], [_short(t, 10) for t in att.tokens][::step], rotation=90,
-                      fontsize=SMALL)  # fmt: skip
+    bottom.set_xticks(
+        x[::step], [_short(t, 10) for t in att.tokens][::step], rotation=90, fontsize=SMALL
+    )
     bottom.set_ylabel("weight", fontsize=9)
     bottom.set_ylim(0, max(1e-3, float(weights.max())) * 1.1)
     bottom.tick_params(axis="y", labelsize=8)
-    bottom.set_title(f"Layer {layer}, head {head}: weight on each token (grey: prompt, orange: "
-                     "generated)", fontsize=10)  # fmt: skip
+    bottom.set_title(
+        f"Layer {layer}, head {head}: weight on each token (grey: prompt, orange: generated)",
+        fontsize=10,
+    )
     return fig
 
 
@@ -131,17 +164,22 @@ def score_bars(scores, row: int = 0, *, width: float | None = None) -> Figure:
     entropy of its distribution there (line)."""
     t = scores.table[scores.table.row == row]
     n = len(t)
-    fig = Figure(figsize=(width or min(MAX_WIDTH, max(5.0, 0.4 * n + 2)), 3.8),
-                 layout="constrained")  # fmt: skip
+    fig = Figure(
+        figsize=(width or min(MAX_WIDTH, max(5.0, 0.4 * n + 2)), 3.8), layout="constrained"
+    )
     ax = fig.add_subplot()
     x = np.arange(n)
-    ax.bar(x, t.prob, color=matplotlib.colormaps["RdYlGn"](t.prob.to_numpy()), edgecolor="0.3",
-           linewidth=0.4)  # fmt: skip
+    ax.bar(
+        x,
+        t.prob,
+        color=matplotlib.colormaps["RdYlGn"](t.prob.to_numpy()),
+        edgecolor="0.3",
+        linewidth=0.4,
+    )
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("p(token)", fontsize=9)
     every = max(1, int(np.ceil(n / 60)))
-    ax.set_xticks(x[::every], [_short(s, 12) for s in t.token][::every], rotation=70,
-                  fontsize=8)  # fmt: skip
+    ax.set_xticks(x[::every], [_short(s, 12) for s in t.token][::every], rotation=70, fontsize=8)
     ax.tick_params(axis="y", labelsize=8)
     ax2 = ax.twinx()
     ax2.plot(x, t.entropy, color="tab:blue", marker=".", lw=1.2)
@@ -149,8 +187,11 @@ def score_bars(scores, row: int = 0, *, width: float | None = None) -> Figure:
     ax2.set_ylim(bottom=0)
     ax2.tick_params(axis="y", labelsize=8)
     s = scores.summary[scores.summary.row == row].iloc[0]
-    ax.set_title(f"Scored under teacher forcing: mean log-prob {s.mean_logprob:.2f}, "
-                 f"perplexity {s.perplexity:.2f}", fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"Scored under teacher forcing: mean log-prob {s.mean_logprob:.2f}, "
+        f"perplexity {s.perplexity:.2f}",
+        fontsize=10,
+    )
     return fig
 
 
@@ -164,7 +205,9 @@ _LABELS = {
 }
 
 
-def sweep_metrics(sw, *, metrics: Sequence[str] | None = None, width: float | None = None) -> Figure:
+def sweep_metrics(
+    sw, *, metrics: Sequence[str] | None = None, width: float | None = None
+) -> Figure:
     """One panel per metric: the first grid field on the x axis, one line per value of the
     other fields."""
     from ..sweep import METRICS
@@ -194,11 +237,12 @@ def sweep_metrics(sw, *, metrics: Sequence[str] | None = None, width: float | No
         ax.set_xlabel(xkey, fontsize=9)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    for ax in axes[len(metrics):]:
+    for ax in axes[len(metrics) :]:
         ax.set_visible(False)
     if others:
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
-                   fontsize=9)  # fmt: skip
+        fig.legend(
+            handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=9
+        )
     fig.suptitle(f"Sampling sweep: {sw.n} samples per setting", fontsize=11)
     return fig
