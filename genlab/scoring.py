@@ -157,7 +157,7 @@ def score(
     context: Any = None,
     chat: bool | None = None,
     system: str | None = None,
-    top_k: int = 3,
+    alternatives: int = 3,
     generation_config: Any = None,
     keep_logprobs: bool = False,
     batch_size: int = 16,
@@ -170,7 +170,8 @@ def score(
     or ids the text follows, conditioned on but not scored (with ``chat=True`` a string
     context is a user message under the chat template, the text the assistant's answer);
     without one, every token but the first is scored. ``chat=True`` alone formats a string
-    as one user message. ``top_k`` alternatives are listed per token. Generation settings
+    as one user message. ``alternatives``: how many of the model's top tokens are listed
+    per token (``top_k`` is the generation setting, as everywhere in genlab). Generation settings
     (``generation_config`` and/or keyword fields) score under the logits processors they
     build. ``keep_logprobs=True`` keeps each row's full (length, vocab) log-probs.
     """
@@ -178,8 +179,8 @@ def score(
 
     if not isinstance(lm, LM):
         lm = LM(lm)
-    if not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k={top_k!r} must be a non-negative integer")
+    if not isinstance(alternatives, int) or alternatives < 0:
+        raise ValueError(f"alternatives={alternatives!r} must be a non-negative integer")
     seqs, starts = _encode_texts(lm, text, context, chat, system)
     for i, (s, st) in enumerate(zip(seqs, starts)):
         if len(s) <= st:
@@ -216,7 +217,7 @@ def score(
         rank = (lp > chosen[:, None]).sum(-1)
         p = lp.exp()
         entropy = (-(p * lp.clamp(min=-1e30)).nan_to_num(0.0).sum(-1)).clamp(min=0.0)
-        k = min(top_k, lp.shape[-1])
+        k = min(alternatives, lp.shape[-1])
         top_v, top_i = lp.topk(k, dim=-1) if k else (None, None)
         raw_chosen = raw.gather(-1, target[:, None])[:, 0]
         for pos in range(st, len(s)):

@@ -210,5 +210,5 @@ def _score_samples(lm, prompt: torch.Tensor, samples: list[list[int]]) -> list[f
     """Mean log-prob of each sample's tokens under the raw model, the prompt as context."""
     from .scoring import score
 
-    sc = score(lm, samples, context=prompt, top_k=0)
+    sc = score(lm, samples, context=prompt, alternatives=0)
     return sc.summary.sort_values("row").mean_logprob.tolist()
