@@ -45,7 +45,7 @@ _LAZY = {
     "logit_lens": ("inside", "logit_lens"),
     "attention": ("inside", "attention"),
     "score": ("scoring", "score"),
-    "sweep": ("sweep", "sweep"),
+    "sweep": ("sweeps", "sweep"),
 }
 
 

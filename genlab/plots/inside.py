@@ -210,7 +210,7 @@ def sweep_metrics(
 ) -> Figure:
     """One panel per metric: the first grid field on the x axis, one line per value of the
     other fields."""
-    from ..sweep import METRICS
+    from ..sweeps import METRICS
 
     metrics = list(metrics or METRICS)
     unknown = [m for m in metrics if m not in sw.metrics.columns]
