@@ -217,3 +217,24 @@ def test_errors_name_what_to_fix(hf_models):
         logit_lens(genlab.LM(TableLM.classic()), torch.tensor([1, 2, 3]))
     with pytest.raises(ValueError, match="metric"):
         attention(run).plot(metric="nope")
+
+
+def test_lens_view_follows_its_controls(hf_models):
+    from genlab.widgets import LensView
+
+    lm = genlab.LM(as_kind(hf_models["llama"], "builtin"))
+    view = LensView(lm, torch.tensor([[1, 5, 17, 33]]), max_new_tokens=5, eos_token_id=None)
+    assert view.error is None and len(view.lens.steps) == 5
+    assert view.lens_image.value[:4] == b"\x89PNG" and view.attention_image.value[:4] == b"\x89PNG"
+    assert view.step_slider.max == 4 and view.layer_slider.max == 3 and view.head_slider.max == 3
+    first = view.attention_image.value
+    view.select(2, layer=1, head=2)
+    assert view.attention.step == 2 and "<b>step 2</b>" in view.lens_table.value
+    assert view.attention_image.value != first
+    view.step_slider.value = 4  # the slider alone updates the views
+    assert view.attention.step == 4 and view.attention.key_ids[-1] == int(view.lens.inputs[-1])
+    view.generate("no tokenizer here")  # shown as an error, the last result stays
+    assert "tokenizer" in view.error and view.lens is not None
+    res = lm.generate(torch.tensor([[1, 9, 9]]), max_new_tokens=3, eos_token_id=None)
+    other = LensView(res)
+    assert len(other.lens.steps) == 3 and other.lm is None

@@ -105,3 +105,21 @@ def test_errors_name_what_to_fix(lm):
         genlab.sweep(lm, PROMPT, {"top_p": [0.5]}, n=0)
     with pytest.raises(ValueError, match="grid"):
         genlab.sweep(lm, PROMPT, [0.5])
+
+
+def test_sweep_view_runs_the_typed_grid(lm):
+    from genlab.widgets import SweepView
+
+    view = SweepView(lm, PROMPT, {"temperature": [0.6, 1.4]}, n=3, max_new_tokens=5)
+    assert view.error is None and len(view.result.metrics) == 2
+    assert view.plot_image.value[:4] == b"\x89PNG" and view.progress.value == 2
+    view.grid_boxes["temperature"].value = "0.5, 1, 2"
+    view.n_box.value = 2
+    view.run_sweep()
+    assert view.result.metrics.temperature.tolist() == [0.5, 1, 2] and view.result.n == 2
+    assert len(view.setting_pick.options) == 3 and "<table" in view.samples_view.value
+    view.setting_pick.value = view.setting_pick.options[2]
+    assert "temperature=2" in view.samples_view.value
+    view.grid_boxes["temperature"].value = " , "
+    view.run_sweep()
+    assert "type at least one value" in view.error and view.result.n == 2
