@@ -253,6 +253,10 @@ class Lens:
 
         return lens_heatmap(self, **kwargs)
 
+    def __repr__(self) -> str:
+        what = "steps" if self.generated else "positions"
+        return f"Lens({self.num_layers} layers x {len(self.positions)} {what})"
+
     def _repr_html_(self) -> str:
         what = "generated tokens" if self.generated else "positions"
         head = (
@@ -456,6 +460,13 @@ class Attention:
         from .plots.inside import attention_heatmap
 
         return attention_heatmap(self, layer=layer, head=head, **kwargs)
+
+    def __repr__(self) -> str:
+        layers, heads, n = self.weights.shape
+        return (
+            f"Attention(step={self.step}, query={self.query_token!r}, next={self.target_token!r}, "
+            f"{layers} layers x {heads} heads over {n} tokens)"
+        )
 
     def _repr_html_(self) -> str:
         layers, heads, n = self.weights.shape

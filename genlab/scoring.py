@@ -63,6 +63,13 @@ class Scores:
 
         return score_bars(self, row=row, **kwargs)
 
+    def __repr__(self) -> str:
+        rows = len(self.summary)
+        return (
+            f"Scores({rows} text(s), {len(self.table)} tokens scored, mean log-prob "
+            f"{self.mean_logprob:.3f}, perplexity {self.perplexity:.3f} (first text))"
+        )
+
     def _repr_html_(self) -> str:
         return (
             "<b>scores</b> (.table, .summary, .plot())"

@@ -51,6 +51,9 @@ class SweepResult:
 
         return sweep_metrics(self, metrics=metrics, **kwargs)
 
+    def __repr__(self) -> str:
+        return f"SweepResult({len(self.metrics)} settings x {self.n} samples, grid={self.grid})"
+
     def _repr_html_(self) -> str:
         return (
             f"<b>sweep</b>: {len(self.metrics)} settings x {self.n} samples in "

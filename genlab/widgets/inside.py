@@ -150,6 +150,11 @@ class LensView(widgets.VBox):
         self._quiet = False
         self._update_step()
 
+    def __repr__(self) -> str:
+        steps = len(self.lens.steps) if self.lens is not None else 0
+        name = self.lm.name if self.lm is not None else None
+        return f"LensView(lm={name!r}, steps={steps})"
+
     def _on_controls(self) -> None:
         if not self._quiet and self.lens is not None:
             self._update_step()
@@ -235,6 +240,9 @@ class SweepView(widgets.VBox):
         self.add_class("genlab-sweep-view")
         if run:
             self.run_sweep()
+
+    def __repr__(self) -> str:
+        return f"SweepView(lm={self.lm.name!r}, grid={list(self.grid_boxes)})"
 
     def parsed_grid(self) -> dict[str, list]:
         """The grid typed in the boxes: numbers where they parse, else text."""
