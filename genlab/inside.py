@@ -91,7 +91,14 @@ def as_sequence(
     from .lm import LM, GenerationResult
 
     if isinstance(source, GenerationResult):
-        source = source.run
+        run, seqs = source.run, source.sequences
+        if prompt is not None:
+            raise ValueError("prompt: give either a run/result or an LM with a prompt, not both")
+        if not (isinstance(seqs, torch.Tensor) and seqs.shape == run.sequences.shape
+                and torch.equal(seqs, run.sequences)):  # fmt: skip
+            # e.g. beam search: the returned rows are the best finished hypotheses
+            return _result_row(source, row)
+        source = run
     if isinstance(source, Run):
         if prompt is not None:
             raise ValueError("prompt: give either a run/result or an LM with a prompt, not both")
@@ -121,6 +128,29 @@ def as_sequence(
         f"source must be a Run, a GenerationResult or an LM (with a prompt), "
         f"got {type(source).__name__}"
     )
+
+
+def _result_row(result, row: int) -> Sequence:
+    """A row of a result whose sequences are not the run's rows (beam search): the
+    prompt's left padding is the leading run of pad ids."""
+    run, seqs = result.run, result.sequences
+    if getattr(run, "encdec", None) is not None:
+        raise ValueError(
+            "the lens and attention views read decoder-only models; this run is encoder-decoder"
+        )
+    if not 0 <= row < seqs.shape[0]:
+        raise ValueError(f"row={row} is out of range: the result has {seqs.shape[0]} row(s)")
+    ids = seqs[row].detach().cpu()
+    n = result.prompt_length
+    mask = torch.ones_like(ids)
+    pad = run.pad_token_id
+    if pad is not None:
+        for i in range(n):
+            if int(ids[i]) != pad:
+                break
+            mask[i] = 0
+    ids, start = _row_ids(ids, mask, n, set(run.eos_token_ids))
+    return Sequence(run.model, run.tokenizer, ids, start, True)
 
 
 def teacher_forced(

@@ -238,3 +238,21 @@ def test_lens_view_follows_its_controls(hf_models):
     res = lm.generate(torch.tensor([[1, 9, 9]]), max_new_tokens=3, eos_token_id=None)
     other = LensView(res)
     assert len(other.lens.steps) == 3 and other.lm is None
+
+
+def test_a_beam_result_is_read_on_its_returned_rows(hf_models):
+    """Beam search returns the best finished hypotheses, not the run's last rows: the lens
+    reads the returned row, cut after its EOS."""
+    hf = hf_models["llama"]
+    lm = genlab.LM(as_kind(hf, "builtin"))
+    res = lm.generate(torch.tensor([[1, 5, 17, 33]]), num_beams=3, num_return_sequences=2,
+                      max_new_tokens=6, eos_token_id=44)  # fmt: skip
+    for row in (0, 1):
+        lens = lm.logit_lens(res, row=row, keep_logits=True)
+        seq = res.sequences[row].tolist()
+        gen = seq[4:]
+        end = gen.index(44) + 1 if 44 in gen else len(gen)
+        seq = torch.tensor(seq[: 4 + end])
+        assert lens.targets == seq[4:].tolist()
+        ref = reference_lens(hf, seq)[:, 3 : 3 + end]
+        assert (lens.logits - ref).abs().max() < 1e-4
