@@ -154,10 +154,16 @@ def _result_row(result, row: int) -> Sequence:
 
 
 def teacher_forced(
-    model, ids: torch.LongTensor, *, hidden_states: bool = False, attentions: bool = False
+    model,
+    ids: torch.LongTensor,
+    *,
+    hidden_states: bool = False,
+    attentions: bool = False,
+    logits_to_keep: int = 0,
 ):
     """One forward pass over ``ids`` (length,) or (rows, length) from an empty cache, logits
-    at every position: a :class:`~genlab.models.base.ModelOutput`."""
+    at every position (or the last ``logits_to_keep``): a
+    :class:`~genlab.models.base.ModelOutput`."""
     if ids.dim() == 1:
         ids = ids[None]
     device = getattr(model, "device", None) or torch.device("cpu")
@@ -175,7 +181,7 @@ def teacher_forced(
             attention_mask=mask,
             position_ids=positions,
             cache=model.new_cache(rows),
-            logits_to_keep=0,
+            logits_to_keep=logits_to_keep,
             output_attentions=attentions,
             output_hidden_states=hidden_states,
         )

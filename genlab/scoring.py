@@ -180,7 +180,7 @@ def score(
     as one user message. ``alternatives``: how many of the model's top tokens are listed
     per token (``top_k`` is the generation setting, as everywhere in genlab). Generation settings
     (``generation_config`` and/or keyword fields) score under the logits processors they
-    build. ``keep_logprobs=True`` keeps each row's full (length, vocab) log-probs.
+    build. ``keep_logprobs=True`` keeps each row's (scored tokens, vocab) log-probs.
     """
     from .lm import LM
 
@@ -211,15 +211,19 @@ def score(
         ids = torch.zeros(len(chunk), width, dtype=torch.long)
         for r, i in enumerate(chunk):
             ids[r, : len(seqs[i])] = torch.tensor(seqs[i])
-        logits = teacher_forced(model, ids).logits.float().cpu()
+        # the head only for the positions that predict a scored token (not the context)
+        offset = min(starts[i] for i in chunk) - 1
+        logits = teacher_forced(model, ids, logits_to_keep=width - offset).logits
+        logits = logits.float().cpu()
         for r, i in enumerate(chunk):
-            results[i] = logits[r, : len(seqs[i]) - 1]
+            st = starts[i] - offset
+            results[i] = logits[r, st - 1 : len(seqs[i]) - 1 - offset].clone()
     for i, (s, st) in enumerate(zip(seqs, starts)):
-        raw = torch.log_softmax(results[i], dim=-1)  # (len - 1, vocab): predicts s[1:]
+        raw = torch.log_softmax(results[i], dim=-1)  # (scored, vocab): predicts s[st:]
         lp = raw
         if processors is not None:
             lp = _apply(processors[i], torch.tensor(s), results[i], st)
-        target = torch.tensor(s[1:])
+        target = torch.tensor(s[st:])
         chosen = lp.gather(-1, target[:, None])[:, 0]
         rank = (lp > chosen[:, None]).sum(-1)
         p = lp.exp()
@@ -228,7 +232,7 @@ def score(
         top_v, top_i = lp.topk(k, dim=-1) if k else (None, None)
         raw_chosen = raw.gather(-1, target[:, None])[:, 0]
         for pos in range(st, len(s)):
-            j = pos - 1
+            j = pos - st
             row = {
                 "row": i,
                 "position": pos,
@@ -248,7 +252,7 @@ def score(
             if processors is not None:
                 row["raw_logprob"] = float(raw_chosen[j])
             rows.append(row)
-        scored = chosen[st - 1 :]
+        scored = chosen
         mean = float(scored.mean())
         summary.append(
             {
@@ -310,10 +314,11 @@ def _copy_config(cfg):
 
 
 def _apply(processors, ids: torch.LongTensor, logits: torch.Tensor, start: int) -> torch.Tensor:
-    """Log-softmax of the processed logits at every position (positions before ``start``
-    are only context: their raw log-softmax is returned)."""
-    out = torch.log_softmax(logits, dim=-1).clone()
-    for j in range(start - 1, logits.shape[0]):
-        scores = processors(ids[None, : j + 1], logits[j : j + 1].clone())
-        out[j] = torch.log_softmax(scores.float(), dim=-1)[0]
+    """Log-softmax of the processed logits of the scored tokens: ``logits`` (scored, vocab)
+    are those of positions ``start - 1`` onwards; the processors see the ids up to each."""
+    out = torch.empty_like(logits)
+    for k in range(logits.shape[0]):
+        j = start - 1 + k
+        scores = processors(ids[None, : j + 1], logits[k : k + 1].clone())
+        out[k] = torch.log_softmax(scores.float(), dim=-1)[0]
     return out
