@@ -227,8 +227,14 @@ def test_lens_view_follows_its_controls(hf_models):
     assert view.error is None and len(view.lens.steps) == 5
     assert view.lens_image.value[:4] == b"\x89PNG" and view.attention_image.value[:4] == b"\x89PNG"
     assert view.step_slider.max == 4 and view.layer_slider.max == 3 and view.head_slider.max == 3
-    first = view.attention_image.value
+    from genlab.plots.inside import focused_head
+
+    shown = (view.layer_slider.value, view.head_slider.value)
+    assert view.auto_head.value and shown == focused_head(view.attention)
+    first, lens_png = view.attention_image.value, view.lens_image.value
     view.select(2, layer=1, head=2)
+    assert view.lens_image.value != lens_png  # the selected step is framed
+    assert (view.layer_slider.value, view.head_slider.value) == (1, 2)
     assert view.attention.step == 2 and "<b>step 2</b>" in view.lens_table.value
     assert view.attention_image.value != first
     view.step_slider.value = 4  # the slider alone updates the views

@@ -35,13 +35,14 @@ def lens_heatmap(
     steps: Sequence[int] | None = None,
     layers: Sequence[int] | None = None,
     width: float | None = None,
+    highlight: int | None = None,
 ) -> Figure:
     """Layers (rows, the output at the top) x generated tokens (columns): each cell
     coloured by the probability that layer gives the token finally chosen, with the
     layer's own top token written in it.
 
-    steps, layers: subsets to show (indices into ``lens.steps`` / layer numbers 0 ..
-    num_layers; default all).
+    steps, layers: subsets to show (``lens.steps`` values / layer numbers 0 ..
+    num_layers; default all); highlight: a step whose column gets a blue frame.
     """
     cols = list(range(len(lens.steps))) if steps is None else [lens.steps.index(s) for s in steps]
     rows = list(range(lens.num_layers + 1)) if layers is None else list(layers)
@@ -68,6 +69,12 @@ def lens_heatmap(
             label = _short(lens.token(int(top[i, j])), cell_chars)
             colour = _ink(cmap(0.0 if np.isnan(p) else float(p)))
             ax.text(j, i, label, ha="center", va="center", fontsize=SMALL, color=colour)
+    if highlight is not None and highlight in [lens.steps[c] for c in cols]:
+        j = [lens.steps[c] for c in cols].index(highlight)
+        frame = matplotlib.patches.Rectangle(
+            (j - 0.5, -0.5), 1, nr, fill=False, edgecolor="#1f3fbf", linewidth=2.5
+        )
+        ax.add_patch(frame)
     ax.set_yticks(range(nr), ["emb" if r == 0 else str(r) for r in rows], fontsize=SMALL)
     labels = [_short(lens.target_tokens[c] or "?", cell_chars + 2) for c in cols]
     ax.set_xticks(
@@ -89,6 +96,16 @@ def lens_heatmap(
     return fig
 
 
+def focused_head(att) -> tuple[int, int]:
+    """(layer, head) of the head that puts the largest weight on one token other than the
+    first (the attention sink) and the query itself; layers count from 1."""
+    w = att.weights
+    nk = w.shape[-1]
+    rest = w[:, :, 1:-1] if nk > 2 else w
+    flat = int(rest.amax(-1).argmax())
+    return flat // w.shape[1] + 1, flat % w.shape[1]
+
+
 def attention_heatmap(
     att,
     *,
@@ -105,9 +122,7 @@ def attention_heatmap(
     w = att.weights.numpy()  # (layers, heads, keys)
     nl, nh, nk = w.shape
     if layer is None or head is None:
-        rest = w[:, :, 1:-1] if nk > 2 else w  # neither the first token nor the query
-        flat = int(rest.max(-1).argmax())
-        layer, head = (flat // nh) + 1, flat % nh
+        layer, head = focused_head(att)
     if not 1 <= layer <= nl or not 0 <= head < nh:
         raise ValueError(f"layer={layer}, head={head}: layers are 1 .. {nl}, heads 0 .. {nh - 1}")
     if metric == "entropy":

@@ -23,7 +23,10 @@ import pandas as pd
 
 from ..engine import Run
 from ..inside import attention, logit_lens
+from ..plots.inside import focused_head, lens_heatmap
 from .render import figure_png, frame_html, message, text_block, token_spans
+
+_WIDE = {"description_width": "initial"}
 
 #: figures are drawn at 100 dpi: a 10-inch figure is 1000 px wide, text >= 7 pt is >= 9 px
 DPI = 100
@@ -132,7 +135,6 @@ class LensView(widgets.VBox):
         self._quiet = False
         probs = lens.target_prob[-1].tolist()
         self.text_view.value = text_block(token_spans(lens.target_tokens, probs))
-        self.lens_image.value = _png(lens.plot())
         self.status.value = message(
             f"{n} generated tokens, {lens.num_layers} layers: pick a step for its layers and "
             "its attention", "info"
@@ -161,6 +163,7 @@ class LensView(widgets.VBox):
 
     def _update_step(self) -> None:
         step = self.step_slider.value
+        self.lens_image.value = _png(lens_heatmap(self.lens, highlight=self.lens.steps[step]))
         table = self.lens.table(top_k=3)
         rows = table[table.step == self.lens.steps[step]].sort_values("layer", ascending=False)
         self.lens_table.value = (
@@ -178,8 +181,12 @@ class LensView(widgets.VBox):
         self._quiet = True
         self.layer_slider.max, self.head_slider.max = layers, heads - 1
         self._quiet = False
-        layer = head = None
-        if not self.auto_head.value:
+        if self.auto_head.value:  # the sliders follow the head shown
+            layer, head = focused_head(att)
+            self._quiet = True
+            self.layer_slider.value, self.head_slider.value = layer, head
+            self._quiet = False
+        else:
             layer, head = self.layer_slider.value, self.head_slider.value
         fig = att.plot(layer=layer, head=head)
         self.attention_image.value = _png(fig)
@@ -208,7 +215,7 @@ class SweepView(widgets.VBox):
         self.prompt_box = widgets.Text(value=str(prompt), description="prompt",
                                        layout=widgets.Layout(width="60%"))  # fmt: skip
         self.grid_boxes = {
-            key: widgets.Text(value=", ".join(str(v) for v in values), description=key)
+            key: widgets.Text(value=", ".join(str(v) for v in values), description=key, style=_WIDE)
             for key, values in grid.items()
         }
         self.n_box = widgets.BoundedIntText(value=n, min=1, max=256, description="n")
