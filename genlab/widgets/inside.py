@@ -190,9 +190,12 @@ class LensView(widgets.VBox):
             layer, head = self.layer_slider.value, self.head_slider.value
         fig = att.plot(layer=layer, head=head)
         self.attention_image.value = _png(fig)
-        summary = att.summary().sort_values("max_weight", ascending=False).head(12)
+        summary = att.summary()
+        summary = summary[summary.max_position != 0]  # the attention sink aside
+        summary = summary.sort_values("max_weight", ascending=False).head(12)
         self.attention_table.value = (
-            "<b>the 12 most focused heads</b> (largest single weight)" + frame_html(summary)
+            "<b>the 12 most focused heads</b> (largest single weight), leaving out those that "
+            "rest on the first token (the attention sink)" + frame_html(summary)
         )
 
 
