@@ -42,6 +42,10 @@ _LAZY = {
     "DisjunctiveConstraint": ("constraints", "DisjunctiveConstraint"),
     "TableLM": ("models.table", "TableLM"),
     "Trace": ("trace", "Trace"),
+    "logit_lens": ("inside", "logit_lens"),
+    "attention": ("inside", "attention"),
+    "score": ("scoring", "score"),
+    "sweep": ("sweeps", "sweep"),
 }
 
 

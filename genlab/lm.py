@@ -220,6 +220,32 @@ class LM:
     def __repr__(self) -> str:
         return f"LM({self.name!r}, vocab={self.info.vocab_size})"
 
+    # -- looking inside (genlab/inside.py, genlab/scoring.py) ------------------------------
+    def score(self, text, **kwargs):
+        """Per-token log-prob, prob, rank, entropy and top alternatives of ``text`` under
+        teacher forcing, with mean log-prob and perplexity: see :func:`genlab.scoring.score`."""
+        from .scoring import score
+
+        return score(self, text, **kwargs)
+
+    def logit_lens(self, source, **kwargs):
+        """Each layer's next-token prediction for a run, a result, or a prompt (text): see
+        :func:`genlab.inside.logit_lens`."""
+        from .inside import logit_lens
+
+        if isinstance(source, (Run, GenerationResult)):
+            return logit_lens(source, **kwargs)
+        return logit_lens(self, source, **kwargs)
+
+    def attention(self, source, **kwargs):
+        """Every layer's and head's attention for one generated token (or prompt position):
+        see :func:`genlab.inside.attention`."""
+        from .inside import attention
+
+        if isinstance(source, (Run, GenerationResult)):
+            return attention(source, **kwargs)
+        return attention(self, source, **kwargs)
+
 
 def load(source: Any = "demo", tokenizer: Any = None, *, revision: str | None = None) -> LM:
     """Load a model for exploration.

@@ -322,6 +322,12 @@ class GPT2Decoder(BuiltinDecoder):
 
     __call__ = forward
 
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The final LayerNorm alone: (..., hidden) -> (..., hidden). The logit lens reads
+        an earlier layer as ``head_logits(final_norm(h))``."""
+        s, (w, b) = self.settings, self.ln_f
+        return F.layer_norm(hidden, (s.hidden_size,), w, b, s.layer_norm_eps)
+
     # ---- the fixed-shape decoding step (static cache, torch.compile; see base.py) ---------
 
     def _fixed_inputs(self, input_ids, attention_mask, position_ids, cache):

@@ -186,6 +186,40 @@ class HFModel:
             )
         return head(hidden).float()
 
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The decoder's final norm alone (``norm``, ``ln_f`` or ``final_layer_norm`` of the
+        base model): (..., hidden) -> (..., hidden). The logit lens reads an earlier layer
+        as ``head_logits(final_norm(h))``."""
+        base = getattr(self.hf, getattr(self.hf, "base_model_prefix", ""), None) or self.hf
+        for owner in (base, getattr(base, "decoder", None)):
+            for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm"):
+                module = getattr(owner, name, None) if owner is not None else None
+                if callable(module):
+                    return module(hidden)
+        raise ValueError(
+            f"{type(self.hf).__name__}: no final norm found (looked for norm, ln_f, "
+            "final_layer_norm on the base model): the logit lens needs it"
+        )
+
+    def eager_attention(self):
+        """A context in which the model computes attention weights explicitly (transformers'
+        "eager" attention), so that ``output_attentions`` returns them; restored after."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def context():
+            before = getattr(self.hf.config, "_attn_implementation", None)
+            if before in (None, "eager"):
+                yield
+                return
+            self.hf.set_attn_implementation("eager")
+            try:
+                yield
+            finally:
+                self.hf.set_attn_implementation(before)
+
+        return context()
+
     # -- encoder-decoder models -----------------------------------------------------------
     @property
     def main_input_name(self) -> str:

@@ -751,6 +751,12 @@ class LlamaDecoder(BuiltinDecoder):
 
     __call__ = forward
 
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The final RMSNorm alone: (..., hidden) -> (..., hidden). The logit lens reads
+        an earlier layer as ``head_logits(final_norm(h))``."""
+        s = self.settings
+        return F.rms_norm(hidden, (s.hidden_size,), self.norm, s.rms_norm_eps)
+
     # ---- the fixed-shape decoding step (static cache, torch.compile; see base.py) ---------
 
     def _fixed_inputs(self, input_ids, attention_mask, position_ids, cache):

@@ -6,7 +6,8 @@ here imports widgets. Grouped by subject:
 * :mod:`genlab.plots.tokens`: probabilities and entropy along a text, top-k bars, the
   processor waterfall of one step;
 * :mod:`genlab.plots.beam`: the beam tree;
-* :mod:`genlab.plots.watermark`: green/red tokens, running z-score, green lists, SynthID.
+* :mod:`genlab.plots.watermark`: green/red tokens, running z-score, green lists, SynthID;
+* :mod:`genlab.plots.inside`: the logit lens, attention, per-token scores, sweep metrics.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ _LAZY = {
     "running_z": "watermark",
     "greenlist_bars": "watermark",
     "synthid_gvalues_heatmap": "watermark",
+    "lens_heatmap": "inside",
+    "attention_heatmap": "inside",
+    "score_bars": "inside",
+    "sweep_metrics": "inside",
 }
 
 

@@ -5,7 +5,9 @@
 * :class:`StepDebugger` -- Step / Run / Rewind / Fork, the waterfall of each step, forcing;
 * :class:`CompareView` -- one prompt and seed under several configs, side by side;
 * :class:`WatermarkExplorer` -- green/red tokens, running z-score, the green list;
-* :class:`BeamExplorer` -- the beam tree by step, the hypothesis pool, the early stop.
+* :class:`BeamExplorer` -- the beam tree by step, the hypothesis pool, the early stop;
+* :class:`LensView` -- the logit lens and the attention of each generated token;
+* :class:`SweepView` -- a sampling sweep over a grid of settings, its metrics and samples.
 
 >>> from genlab.widgets import Playground                       # doctest: +SKIP
 >>> Playground(genlab.load("demo"), "The capital of France is")  # doctest: +SKIP
@@ -23,6 +25,8 @@ _LAZY = {
     "CompareView": "compare",
     "WatermarkExplorer": "explorers",
     "BeamExplorer": "explorers",
+    "LensView": "inside",
+    "SweepView": "inside",
 }
 
 
