@@ -23,6 +23,7 @@ SPACE = "\u2423"  # ␣
 NEWLINE = "\u21b5"  # ↵
 TAB = "\u2192"  # →
 EMPTY = "\u2205"  # ∅ (a token that decodes to nothing, e.g. a lone byte of a character)
+NBSP = "\u237d"  # ⍽ (a no-break space, which would look like a space or nothing)
 
 
 def token_text(tokenizer: Any, token_id: int) -> str:
@@ -41,14 +42,15 @@ def token_text(tokenizer: Any, token_id: int) -> str:
 
 
 def show_token(text: str) -> str:
-    """``text`` with spaces at its ends shown as ␣, newlines as ↵ and tabs as →.
+    """``text`` with spaces at its ends shown as ␣, newlines as ↵, tabs as → and no-break
+    spaces as ⍽.
 
     Spaces inside a multi-word text stay spaces (they are visible there); an empty text
     is shown as ∅ so that it is never mistaken for a missing value.
     """
     if text == "":
         return EMPTY
-    text = text.replace("\n", NEWLINE).replace("\t", TAB)
+    text = text.replace("\n", NEWLINE).replace("\t", TAB).replace("\xa0", NBSP)
     core = text.strip(" ")
     if not core:
         return SPACE * len(text)
