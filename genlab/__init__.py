@@ -44,9 +44,13 @@ _LAZY = {
     "Trace": ("trace", "Trace"),
     "logit_lens": ("inside", "logit_lens"),
     "attention": ("inside", "attention"),
-    "score": ("scoring", "score"),
+    "score": ("lm", "score"),
     "sweep": ("sweeps", "sweep"),
 }
+
+
+#: subpackages reachable as attributes (``genlab.plots.beam_tree(...)``)
+_SUBPACKAGES = ("plots", "widgets")
 
 
 def __getattr__(name):
@@ -58,6 +62,10 @@ def __getattr__(name):
         value = getattr(importlib.import_module(f"genlab.{mod}"), attr)
         globals()[name] = value
         return value
+    if name in _SUBPACKAGES:  # genlab.plots / genlab.widgets without importing them first
+        import importlib
+
+        return importlib.import_module(f"genlab.{name}")
     raise AttributeError(f"module 'genlab' has no attribute {name!r}")
 
 

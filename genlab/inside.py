@@ -87,10 +87,7 @@ def as_sequence(
     :class:`~genlab.lm.LM` with ``prompt`` (a text, chat messages or ids; ``chat=True``
     applies the chat template). ``row`` picks a row of a batch (or a beam / sample).
     """
-    from .engine import Run
-    from .lm import LM, GenerationResult
-
-    if isinstance(source, GenerationResult):
+    if _is_result(source):
         run, seqs = source.run, source.sequences
         if prompt is not None:
             raise ValueError("prompt: give either a run/result or an LM with a prompt, not both")
@@ -99,10 +96,10 @@ def as_sequence(
             # e.g. beam search: the returned rows are the best finished hypotheses
             return _result_row(source, row)
         source = run
-    if isinstance(source, Run):
+    if _is_run(source):
         if prompt is not None:
             raise ValueError("prompt: give either a run/result or an LM with a prompt, not both")
-        if getattr(source, "encdec", None) is not None:
+        if source.given.encdec is not None:
             raise ValueError(
                 "the lens and attention views read decoder-only models; this run is encoder-decoder"
             )
@@ -116,7 +113,7 @@ def as_sequence(
             set(source.eos_token_ids),
         )
         return Sequence(source.model, source.tokenizer, ids, start, True)
-    if isinstance(source, LM):
+    if _is_lm(source):
         if prompt is None:
             raise ValueError("prompt: an LM needs a prompt to look at (text, messages or ids)")
         ids, mask = source.encode(prompt, chat=chat, system=system)
@@ -281,13 +278,6 @@ class Lens:
                 }
             )
         return pd.DataFrame(rows)
-
-    def plot(self, **kwargs):
-        """Layers x tokens, coloured by the chosen token's probability, the top token
-        written in each cell (see :func:`genlab.plots.inside.lens_heatmap`)."""
-        from .plots.inside import lens_heatmap
-
-        return lens_heatmap(self, **kwargs)
 
     def __repr__(self) -> str:
         what = "steps" if self.generated else "positions"
@@ -490,13 +480,6 @@ class Attention:
                 )
         return pd.DataFrame(rows)
 
-    def plot(self, layer: int | None = None, head: int | None = None, **kwargs):
-        """Layer x head summary and one head over the tokens (see
-        :func:`genlab.plots.inside.attention_heatmap`)."""
-        from .plots.inside import attention_heatmap
-
-        return attention_heatmap(self, layer=layer, head=head, **kwargs)
-
     def __repr__(self) -> str:
         layers, heads, n = self.weights.shape
         return (
@@ -510,7 +493,7 @@ class Attention:
         return (
             f"<b>attention</b> at step {self.step} (query {html.escape(self.query_token)!s}, "
             f"next {html.escape(self.target_token)}): {layers} layers x {heads} heads over "
-            f"{n} tokens (.table(), .summary(), .plot())"
+            f"{n} tokens (.table(), .summary(); genlab.plots.attention_heatmap)"
             + s.to_html(index=False, float_format="%.3f")
         )
 
@@ -553,3 +536,17 @@ def attention(
         tokenizer=seq.tokenizer,
         start=seq.start if seq.generated else len(seq.ids),
     )
+
+
+# duck types (this module sits below genlab.lm and genlab.engine's users: no imports up)
+def _is_run(obj) -> bool:
+    return hasattr(obj, "given") and hasattr(obj, "state") and hasattr(obj, "step")
+
+
+def _is_result(obj) -> bool:
+    run = getattr(obj, "run", None)  # a GenerationResult holds its Run (a Run's .run is a method)
+    return run is not None and not callable(run) and hasattr(obj, "sequences")
+
+
+def _is_lm(obj) -> bool:
+    return hasattr(obj, "encode") and hasattr(obj, "model") and hasattr(obj, "tokenizer")

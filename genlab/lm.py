@@ -247,6 +247,16 @@ class LM:
         return attention(self, source, **kwargs)
 
 
+def score(model, text, **kwargs):
+    """Score ``text`` under ``model`` (an LM or anything :func:`load` takes): per-token
+    log-prob, prob, rank, entropy and alternatives; see :func:`genlab.scoring.score`.
+
+    >>> genlab.score(lm, "The capital of France is Paris.").perplexity   # doctest: +SKIP
+    """
+    lm = model if isinstance(model, LM) else LM(model)
+    return lm.score(text, **kwargs)
+
+
 def load(source: Any = "demo", tokenizer: Any = None, *, revision: str | None = None) -> LM:
     """Load a model for exploration.
 

@@ -56,13 +56,6 @@ class Scores:
         """``exp(-mean_logprob)`` of the first text."""
         return float(self.summary.perplexity.iloc[0])
 
-    def plot(self, row: int = 0, **kwargs):
-        """Probability of each token of the text and the entropy before it
-        (:func:`genlab.plots.inside.score_bars`)."""
-        from .plots.inside import score_bars
-
-        return score_bars(self, row=row, **kwargs)
-
     def __repr__(self) -> str:
         rows = len(self.summary)
         return (
@@ -182,10 +175,11 @@ def score(
     (``generation_config`` and/or keyword fields) score under the logits processors they
     build. ``keep_logprobs=True`` keeps each row's (scored tokens, vocab) log-probs.
     """
-    from .lm import LM
-
-    if not isinstance(lm, LM):
-        lm = LM(lm)
+    if not (hasattr(lm, "encode") and hasattr(lm, "model")):
+        raise TypeError(
+            f"score takes an LM, got {type(lm).__name__}: use genlab.score(model, text), "
+            "which loads it, or lm = genlab.load(model); lm.score(text)"
+        )
     if not isinstance(alternatives, int) or alternatives < 0:
         raise ValueError(f"alternatives={alternatives!r} must be a non-negative integer")
     seqs, starts = _encode_texts(lm, text, context, chat, system)

@@ -45,19 +45,13 @@ class SweepResult:
     seconds: float
     n: int
 
-    def plot(self, metrics=METRICS, **kwargs):
-        """Each metric against the grid (:func:`genlab.plots.inside.sweep_metrics`)."""
-        from .plots.inside import sweep_metrics
-
-        return sweep_metrics(self, metrics=metrics, **kwargs)
-
     def __repr__(self) -> str:
         return f"SweepResult({len(self.metrics)} settings x {self.n} samples, grid={self.grid})"
 
     def _repr_html_(self) -> str:
         return (
             f"<b>sweep</b>: {len(self.metrics)} settings x {self.n} samples in "
-            f"{self.seconds:.1f} s (.samples, .metrics, .plot())"
+            f"{self.seconds:.1f} s (.samples, .metrics; genlab.plots.sweep_metrics)"
             + self.metrics.to_html(index=False, float_format="%.3f")
         )
 

@@ -189,12 +189,14 @@ def test_attention_tables(hf_models):
 def test_figures_are_legible(hf_models, tmp_path):
     lm, run = sampled_run(as_kind(hf_models["llama"], "builtin"), n=12)
     lens = lm.logit_lens(run)
-    fig = lens.plot()
+    fig = genlab.plots.lens_heatmap(lens)
     assert_legible(fig)
     fig.savefig(tmp_path / "lens.png")
-    fig = lm.attention(run, step=4).plot()
+    fig = genlab.plots.attention_heatmap(lm.attention(run, step=4))
     assert_legible(fig)
-    fig = lm.attention(run, step=4).plot(layer=2, head=1, metric="max_weight")
+    fig = genlab.plots.attention_heatmap(
+        lm.attention(run, step=4), layer=2, head=1, metric="max_weight"
+    )
     assert "Layer 2, head 1" in fig.axes[-1].get_title() or any(
         "Layer 2, head 1" in ax.get_title() for ax in fig.axes
     )
@@ -216,7 +218,7 @@ def test_errors_name_what_to_fix(hf_models):
     with pytest.raises(ValueError, match="final norm and the LM head"):
         logit_lens(genlab.LM(TableLM.classic()), torch.tensor([1, 2, 3]))
     with pytest.raises(ValueError, match="metric"):
-        attention(run).plot(metric="nope")
+        genlab.plots.attention_heatmap(attention(run), metric="nope")
 
 
 def test_lens_view_follows_its_controls(hf_models):

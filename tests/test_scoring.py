@@ -184,6 +184,6 @@ def test_demo_text_and_chat_equal_transformers(demo, demo_twin):
     worse = demo.score("The capital of France is London.", context="What is the capital of France?",
                        chat=True)  # fmt: skip
     assert worse.perplexity > s.perplexity
-    fig = s.plot()
+    fig = genlab.plots.score_bars(s)
     assert_legible(fig)
     assert "perplexity" in s._repr_html_()

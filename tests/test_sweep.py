@@ -84,13 +84,13 @@ def test_distinct_and_repetition():
 
 
 def test_plot_is_legible(result, tmp_path):
-    fig = result.plot()
+    fig = genlab.plots.sweep_metrics(result)
     assert_legible(fig)
     assert len([ax for ax in fig.axes if ax.get_visible()]) == len(METRICS)
-    fig = result.plot(metrics=["distinct_2"])
+    fig = genlab.plots.sweep_metrics(result, metrics=["distinct_2"])
     assert fig.axes[0].get_title() == "distinct-2"
     with pytest.raises(ValueError, match="not sweep metrics"):
-        result.plot(metrics=["speed"])
+        genlab.plots.sweep_metrics(result, metrics=["speed"])
     assert "sweep" in result._repr_html_()
 
 

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..engine import Run
 from ..inside import attention, logit_lens
-from ..plots.inside import focused_head, lens_heatmap
+from ..plots.inside import attention_heatmap, focused_head, lens_heatmap, sweep_metrics
 from .render import figure_png, frame_html, message, text_block, token_spans
 
 _WIDE = {"description_width": "initial"}
@@ -188,7 +188,7 @@ class LensView(widgets.VBox):
             self._quiet = False
         else:
             layer, head = self.layer_slider.value, self.head_slider.value
-        fig = att.plot(layer=layer, head=head)
+        fig = attention_heatmap(att, layer=layer, head=head)
         self.attention_image.value = _png(fig)
         summary = att.summary()
         summary = summary[summary.max_position != 0]  # the attention sink aside
@@ -291,7 +291,7 @@ class SweepView(widgets.VBox):
         self.status.value = message(
             f"{len(result.metrics)} settings x {result.n} samples in {result.seconds:.1f} s", "ok"
         )
-        self.plot_image.value = _png(result.plot())
+        self.plot_image.value = _png(sweep_metrics(result))
         self.metrics_view.value = frame_html(result.metrics)
         keys = list(result.grid)
         labels = [
