@@ -107,7 +107,7 @@ def read_config(folder: Path) -> dict:
             "by transformers' save_pretrained (or downloaded from the model's Hub repo)."
         )
     config = read_json(path, CONFIG_FILE)
-    if not isinstance(config, dict) or "model_type" not in config:
+    if "model_type" not in config:
         raise ValueError(
             f"{str(path)!r} has no 'model_type'; it does not look like a transformers "
             "config.json (save the model again with save_pretrained)."
@@ -156,12 +156,35 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
     except (SafetensorError, OSError, RuntimeError, ValueError) as err:
         raise ValueError(
             f"weights file {str(path)!r} is corrupt or truncated ({err}); delete it and "
             "download or save the model again."
         ) from err
+    check_finite(tensors, path)
+    return tensors
+
+
+def check_finite(tensors: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
+    """ValueError naming the first tensor of ``path`` that holds NaN or infinite values.
+
+    One float32 sum per tensor (no tensor-sized temporary): NaN and inf survive a sum, and
+    real weights never add up to 3e38. Only a tensor whose sum is not finite is counted.
+    """
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            continue
+        if torch.isfinite(tensor.sum(dtype=torch.float32)):
+            continue
+        bad = int((~torch.isfinite(tensor)).sum())
+        if bad == 0:  # finite values whose sum overflowed: not a corrupt tensor
+            continue
+        raise ValueError(
+            f"weights file {str(path)!r}: tensor {name!r} holds {bad} NaN or infinite "
+            f"value(s) of {tensor.numel()}; the file is corrupt (or the model diverged in "
+            "training): download or save the model again."
+        )
 
 
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
@@ -333,7 +356,9 @@ def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None):
     from genlab.models.architectures import build_decoder
 
     folder = resolve_folder(source, revision=revision)
-    check_model_type(read_config(folder), folder)  # before reading any weights
+    config = read_config(folder)
+    check_model_type(config, folder)  # before reading any weights
+    check_config_fields(config, folder / CONFIG_FILE)
     checkpoint = read_checkpoint(folder)
     model = build_decoder(
         checkpoint.config,
@@ -342,6 +367,20 @@ def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None):
         generation_defaults=checkpoint.generation_defaults,
     )
     return model, checkpoint.tokenizer
+
+
+def check_config_fields(config: dict, path: Path) -> None:
+    """The architecture settings of config.json read as the decoder will read them; a bad
+    field (``"rms_norm_eps": "x"``) is a ValueError naming the file and the field."""
+    from genlab.models.architectures import read_settings
+
+    try:
+        read_settings(config)
+    except ValueError as err:
+        raise ValueError(
+            f"{str(path)!r}: {err}. Fix that field in config.json (or save the model again "
+            "with transformers' save_pretrained)."
+        ) from None
 
 
 def check_model_type(config: dict, folder: Path) -> None:

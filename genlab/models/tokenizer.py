@@ -573,17 +573,29 @@ class Tokenizer:
 
 
 def read_json(path: Path, what: str) -> dict:
-    """Parse a JSON file, with an error naming the file when it is not valid JSON."""
+    """Parse a JSON file that must hold an object, with an error naming the file when it is
+    not valid UTF-8 JSON or holds something else (a list, a string, a number)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            data = json.load(handle)
     except FileNotFoundError:
         raise ValueError(f"{what}: {str(path)!r} does not exist") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{what}: {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start}); "
+            "JSON files must be saved as UTF-8: download or save it again."
+        ) from None
     except json.JSONDecodeError as err:
         raise ValueError(
             f"{what}: {str(path)!r} is not valid JSON ({err}); the file may be truncated: "
             "download or save it again."
-        ) from err
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{what}: {str(path)!r} must hold a JSON object ({{...}}), but it holds a "
+            f"{type(data).__name__} ({json.dumps(data)[:60]}): download or save it again."
+        )
+    return data
 
 
 def read_json_if_present(path: Path, what: str) -> dict:
