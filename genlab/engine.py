@@ -25,6 +25,7 @@ import torch
 from .caches import compiled_forward, make_cache
 from .encdec import check_ids
 from .hooks import HookRegistry
+from .inputs import check_generated_length, prompt_from_mapping, prompt_ids
 from .models.base import ModelOutput
 from .processors import call_processor
 from .strategies import Selection, strategy_for
@@ -219,6 +220,7 @@ class Run:
             input_ids = unused.pop("input_ids", None) if "input_ids" in unused else inputs
         if attention_mask is None:
             attention_mask = unused.pop("attention_mask", None)
+        input_ids, attention_mask = prompt_from_mapping(input_ids, attention_mask)
         # encoder-decoder models: run the encoder once; the Run then works on the decoder
         self.encdec = None
         if self.info.is_encoder_decoder:
@@ -250,7 +252,7 @@ class Run:
 
         # -- inputs ------------------------------------------------------------------------
         self.device = getattr(self.model, "device", None) or torch.device("cpu")
-        ids = _as_ids(input_ids, "input_ids")
+        ids = _as_ids(prompt_ids(input_ids, "input_ids"), "input_ids")
         if ids is None:
             bos = config.bos_token_id
             if bos is None:
@@ -372,6 +374,7 @@ class Run:
             cfg.min_length = cfg.min_new_tokens + n
         if cfg.pad_token_id is None and self.pad_token_id is not None:
             cfg.pad_token_id = self.pad_token_id
+        check_generated_length(cfg, n, self._has_default_max_length, self.encdec is not None)
         return cfg
 
     def _refresh_config(self) -> None:

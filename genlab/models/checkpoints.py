@@ -292,9 +292,9 @@ def download_from_hub(repo_id: str, *, revision: str | None = None) -> Path:
         raise ValueError(
             f"source={repo_id!r} is not an existing folder nor a valid Hub repo id "
             f"('owner/name'): {err}"
-        ) from err
-    except Exception as err:
-        raise hub_error(repo_id, revision, err) from err
+        ) from None
+    except Exception as err:  # one short error, not huggingface_hub's chain of causes
+        raise hub_error(repo_id, revision, err) from None
     return folder
 
 
@@ -310,12 +310,17 @@ def hub_error(repo_id: str, revision: str | None, err: Exception) -> Exception:
     where = f"{repo_id!r}" + (f" at revision {revision!r}" if revision else "")
     if isinstance(err, LocalEntryNotFoundError):
         cache = hub_cache_dir() or "the default Hugging Face cache"
-        return ValueError(
-            f"{where} is not in {cache} and it cannot be downloaded now "
-            f"({'HF_HUB_OFFLINE is set' if hub_offline() else 'no connection to the Hub'}). "
-            "Download it once with a connection (or unset HF_HUB_OFFLINE), or pass the path "
-            "of a local folder."
-        )
+        if hub_offline():
+            advice = (
+                "HF_HUB_OFFLINE is set. Unset HF_HUB_OFFLINE (with a connection) to download "
+                "it, or pass the path of a local folder."
+            )
+        else:
+            advice = (
+                "the Hub could not be reached. Check the connection (and proxy settings) and "
+                "try again, or pass the path of a local folder."
+            )
+        return ValueError(f"{where} is not in {cache} and it cannot be downloaded now: {advice}")
     if isinstance(err, GatedRepoError):
         return ValueError(
             f"{where} is gated: accept its licence on the Hub and log in (huggingface-cli login)"
