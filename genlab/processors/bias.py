@@ -112,7 +112,7 @@ class NoBadWordsLogitsProcessor(SequenceBiasLogitsProcessor):
     """
 
     stage_name = "bad_words"
-    shown = ("bad_words_ids",)
+    shown = ("bad_word_ids",)
     _field = "bad_words_ids"
 
     def __init__(
@@ -133,7 +133,7 @@ class NoBadWordsLogitsProcessor(SequenceBiasLogitsProcessor):
                     f"`bad_words_ids` must be {form}; each inner list non-empty with integer "
                     f"ids >= 0, got {ids!r}"
                 )
-        self.bad_words_ids = bad_words_ids
+        self.bad_word_ids = bad_words_ids  # the reference's attribute name
         kept = bad_words_ids
         if eos_token_id is not None:
             eos = token_id_tensor("eos_token_id", eos_token_id).tolist()
