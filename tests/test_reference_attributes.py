@@ -186,9 +186,10 @@ def test_public_attributes_match_the_reference(name):
 
 
 def test_constraint_list_state_attributes():
-    from genlab.constraints import ConstraintListState, PhrasalConstraint
     from transformers.generation.beam_constraints import ConstraintListState as RefState
     from transformers.generation.beam_constraints import PhrasalConstraint as RefPhrasal
+
+    from genlab.constraints import ConstraintListState, PhrasalConstraint
 
     ref = RefState([RefPhrasal([1, 2]), RefPhrasal([3, 4, 5])])
     ours = ConstraintListState([PhrasalConstraint([1, 2]), PhrasalConstraint([3, 4, 5])])
