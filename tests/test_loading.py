@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -570,12 +571,41 @@ def test_malformed_files_name_the_file_and_the_fix(saved, tmp_path):
             load_model(copy(f"case{i}", file, content))
 
     config = json.loads((src / "config.json").read_text())
-    for i, (field, value) in enumerate(
-        [("rms_norm_eps", "x"), ("rope_theta", None), ("rms_norm_eps", -1.0), ("head_dim", 2.5)]
-    ):
+    bad_fields = [("rms_norm_eps", "x"), ("rope_theta", None), ("rms_norm_eps", -1.0)]
+    bad_fields += [("head_dim", 2.5), ("vocab_size", "300"), ("tie_word_embeddings", "no")]
+    bad_fields += [("bos_token_id", "x"), ("max_position_embeddings", "x")]
+    for i, (field, value) in enumerate(bad_fields):
         folder = copy(f"field{i}", "config.json", json.dumps({**config, field: value}))
         with pytest.raises(ValueError, match=rf"config.json'.*{field}={value!r}.*Fix that field"):
             load_model(folder)
+
+
+def test_bad_generation_and_tokenizer_settings_name_the_file(saved, tmp_path):
+    src = saved["root"] / "llama"
+    cases = [
+        ("generation_config.json", {"top_k": "x"}, r"generation_config.json': `top_k` must be"),
+        ("tokenizer_config.json", {"add_prefix_space": "x"}, "add_prefix_space='x' must be"),
+        ("tokenizer_config.json", {"model_max_length": "x"}, "model_max_length='x' must be"),
+        ("tokenizer_config.json", {"additional_special_tokens": "ab"}, "must be a list of"),
+        ("special_tokens_map.json", {"eos_token": ["x"]}, r"eos_token=\['x'\] must be the"),
+        ("special_tokens_map.json", {"pad_token": {"content": 3}}, "pad_token=.* must be"),
+    ]
+    for i, (file, patch, message) in enumerate(cases):
+        folder = tmp_path / f"case{i}"
+        shutil.copytree(src, folder)
+        data = json.loads((folder / file).read_text())
+        (folder / file).write_text(json.dumps({**data, **patch}))
+        with pytest.raises(ValueError, match=message) as info:
+            load_model(folder)
+        assert str(folder) in str(info.value)
+    # settings the reference only warns about still load (the warning comes when used)
+    folder = tmp_path / "warn_only"
+    shutil.copytree(src, folder)
+    data = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**data, "do_sample": False}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_model(folder)
 
 
 def test_non_finite_weights_name_the_tensor_and_the_file(saved, tmp_path):

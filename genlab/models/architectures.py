@@ -131,8 +131,27 @@ NUMBER_FIELDS: dict[str, tuple[str, bool]] = {
 }
 
 
+BOOL_FIELDS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "scale_attn_weights")
+TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
 def check_number_fields(config: dict) -> None:
-    """ValueError naming the first field of NUMBER_FIELDS that is not the number it must be."""
+    """ValueError naming the first field of NUMBER_FIELDS, BOOL_FIELDS or TOKEN_ID_FIELDS
+    whose value is not of the kind it must be."""
+    for key in BOOL_FIELDS:
+        if key in config and not isinstance(config[key], bool):
+            raise ValueError(f"config field {key}={config[key]!r} must be true or false")
+    for key in TOKEN_ID_FIELDS:
+        value = config.get(key)
+        ids = value if isinstance(value, list) else [value]
+        if value is not None and not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids
+        ):  # negative ids (pad_token_id=-1 in some old configs) are left to the config checks
+            raise ValueError(
+                f"config field {key}={value!r} must be a token id (an int)"
+                + (", a list of them" if key == "eos_token_id" else "")
+                + " or null"
+            )
     for key, (kind, nullable) in NUMBER_FIELDS.items():
         if key not in config or (nullable and config[key] is None):
             continue

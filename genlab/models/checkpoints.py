@@ -201,10 +201,30 @@ def read_generation_defaults(folder: Path, config: dict) -> dict:
     path = folder / GENERATION_CONFIG_FILE
     if path.is_file():
         values = read_json(path, GENERATION_CONFIG_FILE)
-        return {
+        values = {
             k: v for k, v in values.items() if not k.startswith("_") and k != "transformers_version"
         }
+        check_generation_values(values, path)
+        return values
     return {k: config[k] for k in CONFIG_GENERATION_KEYS if config.get(k) is not None}
+
+
+def check_generation_values(values: dict, path: Path) -> None:
+    """ValueError naming ``path`` when a setting of generation_config.json is out of its
+    domain (``"top_k": "x"``); combinations the reference only warns about pass."""
+    import warnings
+
+    from genlab.config import GenerationConfig
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # shown again when a run uses the settings
+            GenerationConfig.from_dict(dict(values))
+    except (ValueError, TypeError) as err:
+        raise ValueError(
+            f"{str(path)!r}: {err} Fix that setting in generation_config.json or delete the "
+            "file (the model then generates with transformers' defaults)."
+        ) from None
 
 
 def read_tokenizer(folder: Path) -> Tokenizer | None:
