@@ -276,7 +276,9 @@ _SPECS: list[FieldSpec] = [
        nullable=True, help="Penalise tokens already present (prompt too); 1 turns it off."),
     _f("encoder_repetition_penalty", "logits", "float", 1.0, min=0, min_exclusive=True,
        step=0.05, nullable=True, help="Favour tokens of the encoder input; 1 turns it off."),
-    _f("length_penalty", "logits", "float", 1.0, step=0.1, nullable=True,
+    # bounded (the reference is not): length ** 10**30 hangs on Python ints and
+    # length ** 200 overflows float64; None fails in the reference's scoring
+    _f("length_penalty", "logits", "float", 1.0, min=-50, max=50, step=0.1,
        help="Beam scores are divided by generated_length ** length_penalty."),
     _f("no_repeat_ngram_size", "logits", "int", 0, min=0, step=1, nullable=True,
        help="Forbid repeating any n-gram of this size; 0 turns it off."),
@@ -622,6 +624,8 @@ class SynthIDTextWatermarkingConfig(_SmallConfig):
     def validate(self) -> None:
         """Raise ValueError naming the watermark field that is out of its domain."""
         _validate_small(SYNTHID_FIELDS, self, "watermarking_config")
+        if hasattr(self.keys, "tolist") and not isinstance(self.keys, (list, tuple)):
+            self.keys = self.keys.tolist()  # numpy arrays and tensors, as the reference takes
         keys = self.keys
         if not (isinstance(keys, (list, tuple)) and keys and all(map(_is_int, keys))):
             raise _bad("watermarking_config.keys", self.keys, "a non-empty list of ints")
@@ -689,9 +693,20 @@ def _check_cache_config(value: Any) -> None:
         raise _bad("cache_config", value, "a dict of cache arguments, or None")
 
 
+_CONSTRAINT_METHODS = ("advance", "does_advance", "update", "reset", "remaining", "copy")
+
+
 def _check_constraints(value: Any) -> None:
+    expected = (
+        "a list of Constraint objects (genlab.constraints.PhrasalConstraint, "
+        "DisjunctiveConstraint, or the reference's), or None; for plain token ids use "
+        "force_words_ids"
+    )
     if not isinstance(value, (list, tuple)):
-        raise _bad("constraints", value, "a list of Constraint objects, or None")
+        raise _bad("constraints", value, expected)
+    for item in value:
+        if not all(callable(getattr(item, m, None)) for m in _CONSTRAINT_METHODS):
+            raise _bad("constraints", value, expected)
 
 
 def _check_force_words_ids(value: Any) -> None:
@@ -1375,10 +1390,21 @@ def _resolve_config_file(
             f"{str(name)!r} is neither an existing folder nor a valid Hub repo id ({err})."
         ) from None
     except Exception as err:  # network, missing repo/file, offline cache miss
+        offline = local_files_only or os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {
+            "1",
+            "ON",
+            "YES",
+            "TRUE",
+        }
+        advice = (
+            "HF_HUB_OFFLINE is set (or local_files_only=True), so only the Hugging Face cache "
+            "is read: unset it with a connection to download the file, or pass a local folder."
+            if offline
+            else "Check the repo id, the revision and the connection, or pass a local folder."
+        )
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise OSError(
-            f"could not load {file_name} for {str(name)!r}: {err}\nCheck the repo id and "
-            "revision; when offline (HF_HUB_OFFLINE=1) the file must already be in the Hugging "
-            "Face cache."
-        ) from err
+            f"could not load {file_name} for {str(name)!r} ({reason}). {advice}"
+        ) from None
     match = _COMMIT_RE.search(str(resolved))
     return Path(resolved), match.group(1) if match else None

@@ -33,6 +33,7 @@ from .context import StepContext
 from .history import replay, restore_snapshot, take_snapshot
 from .hooks import HookRegistry
 from .ids import check_ids
+from .inputs import prompt_from_mapping
 from .models.adapt import as_model
 from .prefix import PrefixCache
 from .prepare import config_values, make_plan, prepare_config, prepare_inputs, switch_strategy
@@ -179,6 +180,7 @@ class Run:
             input_ids = unused.pop("input_ids", None) if "input_ids" in unused else inputs
         if attention_mask is None:
             attention_mask = unused.pop("attention_mask", None)
+        input_ids, attention_mask = prompt_from_mapping(input_ids, attention_mask)
         ids, mask, pad, eos, encdec, device = prepare_inputs(
             model, config, unused, input_ids, attention_mask, parts["tokenizer"], generate
         )

@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import html
+import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +21,10 @@ import pandas as pd
 import torch
 
 from .engine import Run, as_model
+from .inputs import prompt_from_mapping, prompt_ids
 from .prefix import PrefixCache
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,9 +123,24 @@ class LM:
         """Token ids and attention mask for a prompt.
 
         ``prompt`` may be a string, a list of strings (a batch, left-padded), a list of chat
-        messages (dicts with role/content) or a tensor of ids. ``chat=True`` wraps a string
+        messages (dicts with role/content), a tensor of ids, or a tokenizer's output (a
+        mapping with ``input_ids`` and optionally ``attention_mask``). ``chat=True`` wraps a string
         as one user message and applies the chat template.
         """
+        if isinstance(prompt, Mapping):  # a tokenizer's output: tok("...") / BatchEncoding
+            ids, mask = prompt_from_mapping(prompt, None)
+            ids = prompt_ids(ids, "input_ids")
+            mask = prompt_ids(mask, "attention_mask")
+            ids = ids if ids.dim() == 2 else ids[None]
+            if mask is None:
+                return ids, torch.ones_like(ids)
+            mask = mask if mask.dim() == 2 else mask[None]
+            if mask.shape != ids.shape:
+                raise ValueError(
+                    f"the prompt's attention_mask has shape {tuple(mask.shape)} but its "
+                    f"input_ids {tuple(ids.shape)}: pass the tokenizer's output unchanged"
+                )
+            return ids, mask
         if isinstance(prompt, torch.Tensor):
             ids = prompt if prompt.dim() == 2 else prompt[None]
             return ids, torch.ones_like(ids)
@@ -129,7 +149,7 @@ class LM:
             prompt = [prompt]
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
             texts = [self._chat_text(m) for m in prompt]
-            enc = tok(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+            enc = _tokenize(tok, texts, add_special_tokens=False)
             return enc["input_ids"], enc["attention_mask"]
         texts = [prompt] if isinstance(prompt, str) else list(prompt)
         if chat:
@@ -137,9 +157,9 @@ class LM:
             texts = [
                 self._chat_text(m + [{"role": "user", "content": t}]) for m, t in zip(msgs, texts)
             ]
-            enc = tok(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+            enc = _tokenize(tok, texts, add_special_tokens=False)
         else:
-            enc = tok(texts, padding=True, return_tensors="pt")
+            enc = _tokenize(tok, texts)
         return enc["input_ids"], enc["attention_mask"]
 
     def _chat_text(self, messages) -> str:
@@ -255,6 +275,35 @@ def score(model, text, **kwargs):
     """
     lm = model if isinstance(model, LM) else LM(model)
     return lm.score(text, **kwargs)
+
+
+def _tokenize(tok, texts: list[str], **kwargs) -> dict:
+    """``tok(texts, padding=True, return_tensors="pt")``; a tokenizer without a pad token
+    (GPT-2 and most causal LMs) pads with its EOS token, on its padding side, as the
+    reference pads generation with EOS when no pad token is set (with its warning)."""
+    if getattr(tok, "pad_token", "") is not None:
+        return tok(texts, padding=True, return_tensors="pt", **kwargs)
+    rows = [tok(t, **kwargs)["input_ids"] for t in texts]
+    rows = [r.tolist() if isinstance(r, torch.Tensor) else list(r) for r in rows]
+    width = max(map(len, rows))
+    if any(len(r) < width for r in rows):
+        pad = getattr(tok, "eos_token_id", None)
+        if pad is None:
+            raise ValueError(
+                "the tokenizer has neither a pad token nor an EOS token, so prompts of "
+                "different lengths cannot be batched: set tokenizer.pad_token, or pass one "
+                "prompt at a time"
+            )
+        logger.warning("Setting `pad_token_id` to `eos_token_id`:%s for open-end generation.", pad)
+    else:
+        pad = 0
+    left = getattr(tok, "padding_side", "left") == "left"
+    ids, mask = [], []
+    for row in rows:
+        fill = width - len(row)
+        ids.append([pad] * fill + row if left else row + [pad] * fill)
+        mask.append([0] * fill + [1] * len(row) if left else [1] * len(row) + [0] * fill)
+    return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}
 
 
 def load(source: Any = "demo", tokenizer: Any = None, *, revision: str | None = None) -> LM:

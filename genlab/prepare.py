@@ -17,6 +17,7 @@ import warnings
 import torch
 
 from .ids import as_ids, check_ids, eos_list
+from .inputs import check_generated_length, prompt_ids
 from .state import Given, Plan
 from .strategies import strategy_for
 
@@ -80,7 +81,7 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, token
             f"unknown generate() arguments: {', '.join(sorted(unused))}. They are neither "
             "GenerationConfig fields nor model inputs (input_ids, attention_mask, tokenizer)."
         )
-    ids = as_ids(input_ids, "input_ids")
+    ids = as_ids(prompt_ids(input_ids, "input_ids"), "input_ids")
     if ids is None:
         if config.bos_token_id is None:
             raise ValueError("input_ids is None and bos_token_id is not set: give a prompt")
@@ -141,6 +142,7 @@ def effective_config(config, given: Given):
         cfg.min_length = cfg.min_new_tokens + n
     if cfg.pad_token_id is None and given.pad_token_id is not None:
         cfg.pad_token_id = given.pad_token_id
+    check_generated_length(cfg, n, given.has_default_max_length, given.encdec is not None)
     return cfg
 
 

@@ -176,6 +176,12 @@ class ConfidenceCriteria(StoppingCriteria):
         self.assistant_confidence_threshold = assistant_confidence_threshold
 
     def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
+        if not isinstance(scores, (tuple, list)) or not scores:
+            raise ValueError(
+                "is_assistant=True adds ConfidenceCriteria, which reads a draft model's "
+                "per-step scores: genlab sets it on the assistant's config during assisted "
+                "generation (assistant_model=...); do not set is_assistant on a run of your own"
+            )
         probs = scores[-1].softmax(-1)  # (rows, vocab)
         p = probs[0, input_ids[0, -1]].item()
         return _full(input_ids, p < self.assistant_confidence_threshold)
@@ -231,6 +237,15 @@ class _TokenTexts:
                 f"got {type(tokenizer).__name__}."
             )
         self._cache: dict[int, str | None] = {}
+        probe = next(iter(self._id_to_token), None)
+        if probe is not None and _STATIC_PREFIX not in self._render(probe):
+            raise ValueError(
+                f"stop_strings cannot be used with this tokenizer ({type(tokenizer).__name__}): "
+                f"it does not give back the text it encodes ({_STATIC_PREFIX!r} decodes to "
+                f"{self._render(probe)!r}, e.g. a word-level vocabulary with an unknown token), "
+                "so the text of each token is unknown. Stop on token ids instead "
+                "(eos_token_id=[...] or a StoppingCriteria)."
+            )
 
     def _render_tokens(self, token_id: int) -> str:
         token = self._id_to_token[token_id]

@@ -456,9 +456,17 @@ class WatermarkLogitsProcessor:
         self.device = device
         self.greenlist_size = greenlist_size(vocab_size, greenlist_ratio)
         self.bias = bias
-        self.hashing_key = hashing_key
+        self.hash_key = hashing_key  # the reference's attribute names from here on
         self.seeding_scheme = seeding_scheme
         self.context_width = context_width
+        self.rng = torch.Generator(device=device)
+        self.rng.manual_seed(hashing_key)
+        self.table_size = SELFHASH_TABLE_SIZE
+
+    @property
+    def fixed_table(self) -> torch.Tensor:
+        """(table_size,) the fixed permutation selfhash seeds look up (built when read)."""
+        return _selfhash_table(self.hash_key, _device_key(self.device))
 
     def __repr__(self):
         p = self.params

@@ -483,7 +483,9 @@ def test_from_any_accepts_reference_configs_and_dicts():
 
 
 def test_constraints_objects_cannot_be_written_to_json():
-    cfg = GenerationConfig(num_beams=2, constraints=[object()])
+    from genlab.constraints import PhrasalConstraint
+
+    cfg = GenerationConfig(num_beams=2, constraints=[PhrasalConstraint([1, 2])])
     with pytest.raises(ValueError, match="constraints"):
         cfg.to_json_string()
     assert "constraints" in repr(cfg)

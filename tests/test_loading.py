@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -540,3 +541,102 @@ def test_demo_logits_match_transformers_and_answer_paris(demo):
         mask = torch.cat([mask, torch.ones_like(step_ids)], dim=1)
         positions = positions[:, -1:] + 1
     assert tok.decode(tokens).startswith("The capital of France is Paris.")
+
+
+def test_malformed_files_name_the_file_and_the_fix(saved, tmp_path):
+    src = saved["root"] / "llama"
+
+    def copy(name, file=None, content=None):
+        dst = tmp_path / name
+        shutil.copytree(src, dst)
+        if file is not None:
+            data = content if isinstance(content, bytes) else content.encode()
+            (dst / file).write_bytes(data)
+        return dst
+
+    latin1 = json.dumps(
+        json.loads((src / "config.json").read_text()) | {"name": "caf\u00e9"}, ensure_ascii=False
+    )
+    cases = [
+        ("config.json", latin1.encode("latin-1"), r"config.json' is not UTF-8 text.*save it again"),
+        ("config.json", "[1, 2]", r"config.json' must hold a JSON object.*list"),
+        ("generation_config.json", "[]", r"generation_config.json' must hold a JSON object.*list"),
+        ("generation_config.json", '"greedy"', r"generation_config.json' must hold.*str"),
+        ("tokenizer_config.json", "[1]", r"tokenizer_config.json' must hold a JSON object"),
+        ("special_tokens_map.json", "[1]", r"special_tokens_map.json' must hold a JSON object"),
+        ("special_tokens_map.json", b"\xff\xfe{}", r"special_tokens_map.json' is not UTF-8"),
+    ]
+    for i, (file, content, message) in enumerate(cases):
+        with pytest.raises(ValueError, match=message):
+            load_model(copy(f"case{i}", file, content))
+
+    config = json.loads((src / "config.json").read_text())
+    bad_fields = [("rms_norm_eps", "x"), ("rope_theta", None), ("rms_norm_eps", -1.0)]
+    bad_fields += [("head_dim", 2.5), ("vocab_size", "300"), ("tie_word_embeddings", "no")]
+    bad_fields += [("bos_token_id", "x"), ("max_position_embeddings", "x")]
+    for i, (field, value) in enumerate(bad_fields):
+        folder = copy(f"field{i}", "config.json", json.dumps({**config, field: value}))
+        with pytest.raises(ValueError, match=rf"config.json'.*{field}={value!r}.*Fix that field"):
+            load_model(folder)
+
+
+def test_bad_generation_and_tokenizer_settings_name_the_file(saved, tmp_path):
+    src = saved["root"] / "llama"
+    cases = [
+        ("generation_config.json", {"top_k": "x"}, r"generation_config.json': `top_k` must be"),
+        ("tokenizer_config.json", {"add_prefix_space": "x"}, "add_prefix_space='x' must be"),
+        ("tokenizer_config.json", {"model_max_length": "x"}, "model_max_length='x' must be"),
+        ("tokenizer_config.json", {"additional_special_tokens": "ab"}, "must be a list of"),
+        ("special_tokens_map.json", {"eos_token": ["x"]}, r"eos_token=\['x'\] must be the"),
+        ("special_tokens_map.json", {"pad_token": {"content": 3}}, "pad_token=.* must be"),
+    ]
+    for i, (file, patch, message) in enumerate(cases):
+        folder = tmp_path / f"case{i}"
+        shutil.copytree(src, folder)
+        data = json.loads((folder / file).read_text())
+        (folder / file).write_text(json.dumps({**data, **patch}))
+        with pytest.raises(ValueError, match=message) as info:
+            load_model(folder)
+        assert str(folder) in str(info.value)
+    # settings the reference only warns about still load (the warning comes when used)
+    folder = tmp_path / "warn_only"
+    shutil.copytree(src, folder)
+    data = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**data, "do_sample": False}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_model(folder)
+
+
+def test_non_finite_weights_name_the_tensor_and_the_file(saved, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "nan"
+    shutil.copytree(saved["root"] / "llama", folder)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.1.mlp.up_proj.weight"][3, 5] = float("nan")
+    tensors["model.norm.weight"][0] = float("inf")
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(
+        ValueError,
+        match=r"model.safetensors': tensor 'model.layers.1.mlp.up_proj.weight' holds 1 NaN",
+    ):
+        load_model(folder)
+    # sums that overflow float32 are not taken for corruption
+    from genlab.models.checkpoints import check_finite
+
+    check_finite({"big": torch.full((4,), 3e38)}, "x.safetensors")
+
+
+def test_gguf_with_random_tensor_bytes_is_refused(tiny_gguf, tmp_path):
+    import gguf
+
+    path, _, _ = tiny_gguf
+    reader = gguf.GGUFReader(str(path))
+    start = min(t.data_offset for t in reader.tensors)
+    data = bytearray(path.read_bytes())
+    data[start:] = np.random.default_rng(0).bytes(len(data) - start)
+    damaged = tmp_path / "random.gguf"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"random.gguf': tensor '[\w.]+' holds \d+ NaN or inf"):
+        load_model(damaged)

@@ -240,12 +240,14 @@ def test_penalties_hand_made():
     assert gp.ngram_table([1, 2, 1, 3], 2) == {(1,): {2, 3}, (2,): {1}}
 
 
-def test_bad_words_keep_eos_and_reject_only_eos():
+def test_bad_words_keep_eos_and_accept_only_eos_as_a_no_op():
     p = gp.NoBadWordsLogitsProcessor([[2], [5]], eos_token_id=2)
     out = p(torch.tensor([[0]]), torch.zeros(1, 6))
     assert out[0, 2] == 0 and out[0, 5] == -float("inf")
-    with pytest.raises(ValueError, match="only lists the EOS"):
-        gp.NoBadWordsLogitsProcessor([[2]], eos_token_id=[2, 3])
+    only_eos = gp.NoBadWordsLogitsProcessor([[2]], eos_token_id=[2, 3])  # as the reference
+    scores = torch.randn(2, 6)
+    assert torch.equal(only_eos(torch.tensor([[0], [2]]), scores), scores)
+    assert only_eos.bad_word_ids == [[2]]
 
 
 def test_prefix_constraint_empty_list_raises():
@@ -674,7 +676,7 @@ def test_unbatched_cfg_from_build_and_scale_one(hf_llama):
     scores = make_scores("randn", rows=1, vocab=96)
     with torch.no_grad():
         assert_identical(ours(prompt, scores.clone()), ref(prompt, scores.clone()))
-    with pytest.raises(ValueError, match="must be a genlab model .* got str"):
+    with pytest.raises(ValueError, match="must be a genlab model, .*or a callable.* got str"):
         gp.UnbatchedClassifierFreeGuidanceLogitsProcessor(2.0, "gpt2")
     plain = gp.UnbatchedClassifierFreeGuidanceLogitsProcessor(1, HFModel(hf_llama))
     assert_identical(plain(prompt, scores), torch.log_softmax(scores, dim=-1))

@@ -123,7 +123,7 @@ def test_control_types_follow_the_field_kinds():
     assert c["temperature"].input.min == pytest.approx(0.05)
     assert isinstance(c["num_beams"].input, widgets.IntSlider)
     assert isinstance(c["do_sample"].input, widgets.Checkbox)
-    assert isinstance(c["length_penalty"].input, widgets.FloatText)  # no bounds: a text box
+    assert isinstance(c["length_penalty"].input, widgets.FloatSlider)  # bounded to [-50, 50]
     assert isinstance(c["pad_token_id"].input, widgets.IntText)  # token ids: typed
     assert c["early_stopping"].input.options == (
         ("False", False),

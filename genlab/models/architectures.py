@@ -112,10 +112,78 @@ def build_decoder(
         )
     family = FAMILIES[MODEL_TYPES[model_type]]
     full_config = {**family.defaults[model_type], **config}
-    settings = family.settings(full_config)
+    settings = read_settings(config)
     tensors = select_tensors(state_dict, family.expected_shapes(settings), family.prefix)
     info = model_info(full_config, settings, name, generation_defaults, family.max_positions_key)
     return family.build(settings, tensors, info, dtype)
+
+
+# config fields the decoders read as numbers: name -> (kind, may be None)
+NUMBER_FIELDS: dict[str, tuple[str, bool]] = {
+    "rms_norm_eps": ("positive number", False),
+    "layer_norm_epsilon": ("positive number", False),
+    "rope_theta": ("positive number", False),
+    "head_dim": ("positive integer", True),
+    "n_inner": ("positive integer", True),
+    "max_position_embeddings": ("positive integer", True),
+    "n_positions": ("positive integer", True),
+    "n_ctx": ("positive integer", True),
+}
+
+
+BOOL_FIELDS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "scale_attn_weights")
+TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def check_number_fields(config: dict) -> None:
+    """ValueError naming the first field of NUMBER_FIELDS, BOOL_FIELDS or TOKEN_ID_FIELDS
+    whose value is not of the kind it must be."""
+    for key in BOOL_FIELDS:
+        if key in config and not isinstance(config[key], bool):
+            raise ValueError(f"config field {key}={config[key]!r} must be true or false")
+    for key in TOKEN_ID_FIELDS:
+        value = config.get(key)
+        ids = value if isinstance(value, list) else [value]
+        if value is not None and not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids
+        ):  # negative ids (pad_token_id=-1 in some old configs) are left to the config checks
+            raise ValueError(
+                f"config field {key}={value!r} must be a token id (an int)"
+                + (", a list of them" if key == "eos_token_id" else "")
+                + " or null"
+            )
+    for key, (kind, nullable) in NUMBER_FIELDS.items():
+        if key not in config or (nullable and config[key] is None):
+            continue
+        value = config[key]
+        wanted = int if kind == "positive integer" else (int, float)
+        ok = isinstance(value, wanted) and not isinstance(value, bool)
+        if ok and not (value > 0 and value != float("inf")):  # also rejects NaN
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"config field {key}={value!r} ({type(value).__name__}) must be a {kind}"
+            )
+
+
+def read_settings(config: dict):
+    """The family's settings for a config.json dict (its model_type already checked); a
+    field of the wrong type or value is a ValueError naming the field."""
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"model_type={model_type!r} has no built-in decoder; supported model types: "
+            f"{supported_model_types()}"
+        )
+    family = FAMILIES[MODEL_TYPES[model_type]]
+    full_config = {**family.defaults[model_type], **config}
+    check_number_fields(full_config)
+    try:
+        return family.settings(full_config)
+    except (TypeError, KeyError, AttributeError) as err:
+        raise ValueError(
+            f"config.json fields could not be read ({type(err).__name__}: {err})"
+        ) from None
 
 
 def select_tensors(

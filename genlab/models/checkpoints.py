@@ -107,7 +107,7 @@ def read_config(folder: Path) -> dict:
             "by transformers' save_pretrained (or downloaded from the model's Hub repo)."
         )
     config = read_json(path, CONFIG_FILE)
-    if not isinstance(config, dict) or "model_type" not in config:
+    if "model_type" not in config:
         raise ValueError(
             f"{str(path)!r} has no 'model_type'; it does not look like a transformers "
             "config.json (save the model again with save_pretrained)."
@@ -156,12 +156,35 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
     except (SafetensorError, OSError, RuntimeError, ValueError) as err:
         raise ValueError(
             f"weights file {str(path)!r} is corrupt or truncated ({err}); delete it and "
             "download or save the model again."
         ) from err
+    check_finite(tensors, path)
+    return tensors
+
+
+def check_finite(tensors: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
+    """ValueError naming the first tensor of ``path`` that holds NaN or infinite values.
+
+    One float32 sum per tensor (no tensor-sized temporary): NaN and inf survive a sum, and
+    real weights never add up to 3e38. Only a tensor whose sum is not finite is counted.
+    """
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            continue
+        if torch.isfinite(tensor.sum(dtype=torch.float32)):
+            continue
+        bad = int((~torch.isfinite(tensor)).sum())
+        if bad == 0:  # finite values whose sum overflowed: not a corrupt tensor
+            continue
+        raise ValueError(
+            f"weights file {str(path)!r}: tensor {name!r} holds {bad} NaN or infinite "
+            f"value(s) of {tensor.numel()}; the file is corrupt (or the model diverged in "
+            "training): download or save the model again."
+        )
 
 
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
@@ -178,10 +201,30 @@ def read_generation_defaults(folder: Path, config: dict) -> dict:
     path = folder / GENERATION_CONFIG_FILE
     if path.is_file():
         values = read_json(path, GENERATION_CONFIG_FILE)
-        return {
+        values = {
             k: v for k, v in values.items() if not k.startswith("_") and k != "transformers_version"
         }
+        check_generation_values(values, path)
+        return values
     return {k: config[k] for k in CONFIG_GENERATION_KEYS if config.get(k) is not None}
+
+
+def check_generation_values(values: dict, path: Path) -> None:
+    """ValueError naming ``path`` when a setting of generation_config.json is out of its
+    domain (``"top_k": "x"``); combinations the reference only warns about pass."""
+    import warnings
+
+    from genlab.config import GenerationConfig
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # shown again when a run uses the settings
+            GenerationConfig.from_dict(dict(values))
+    except (ValueError, TypeError) as err:
+        raise ValueError(
+            f"{str(path)!r}: {err} Fix that setting in generation_config.json or delete the "
+            "file (the model then generates with transformers' defaults)."
+        ) from None
 
 
 def read_tokenizer(folder: Path) -> Tokenizer | None:
@@ -269,9 +312,9 @@ def download_from_hub(repo_id: str, *, revision: str | None = None) -> Path:
         raise ValueError(
             f"source={repo_id!r} is not an existing folder nor a valid Hub repo id "
             f"('owner/name'): {err}"
-        ) from err
-    except Exception as err:
-        raise hub_error(repo_id, revision, err) from err
+        ) from None
+    except Exception as err:  # one short error, not huggingface_hub's chain of causes
+        raise hub_error(repo_id, revision, err) from None
     return folder
 
 
@@ -287,12 +330,17 @@ def hub_error(repo_id: str, revision: str | None, err: Exception) -> Exception:
     where = f"{repo_id!r}" + (f" at revision {revision!r}" if revision else "")
     if isinstance(err, LocalEntryNotFoundError):
         cache = hub_cache_dir() or "the default Hugging Face cache"
-        return ValueError(
-            f"{where} is not in {cache} and it cannot be downloaded now "
-            f"({'HF_HUB_OFFLINE is set' if hub_offline() else 'no connection to the Hub'}). "
-            "Download it once with a connection (or unset HF_HUB_OFFLINE), or pass the path "
-            "of a local folder."
-        )
+        if hub_offline():
+            advice = (
+                "HF_HUB_OFFLINE is set. Unset HF_HUB_OFFLINE (with a connection) to download "
+                "it, or pass the path of a local folder."
+            )
+        else:
+            advice = (
+                "the Hub could not be reached. Check the connection (and proxy settings) and "
+                "try again, or pass the path of a local folder."
+            )
+        return ValueError(f"{where} is not in {cache} and it cannot be downloaded now: {advice}")
     if isinstance(err, GatedRepoError):
         return ValueError(
             f"{where} is gated: accept its licence on the Hub and log in (huggingface-cli login)"
@@ -333,7 +381,9 @@ def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None):
     from genlab.models.architectures import build_decoder
 
     folder = resolve_folder(source, revision=revision)
-    check_model_type(read_config(folder), folder)  # before reading any weights
+    config = read_config(folder)
+    check_model_type(config, folder)  # before reading any weights
+    check_config_fields(config, folder / CONFIG_FILE)
     checkpoint = read_checkpoint(folder)
     model = build_decoder(
         checkpoint.config,
@@ -342,6 +392,20 @@ def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None):
         generation_defaults=checkpoint.generation_defaults,
     )
     return model, checkpoint.tokenizer
+
+
+def check_config_fields(config: dict, path: Path) -> None:
+    """The architecture settings of config.json read as the decoder will read them; a bad
+    field (``"rms_norm_eps": "x"``) is a ValueError naming the file and the field."""
+    from genlab.models.architectures import read_settings
+
+    try:
+        read_settings(config)
+    except ValueError as err:
+        raise ValueError(
+            f"{str(path)!r}: {err}. Fix that field in config.json (or save the model again "
+            "with transformers' save_pretrained)."
+        ) from None
 
 
 def check_model_type(config: dict, folder: Path) -> None:

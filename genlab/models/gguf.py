@@ -250,8 +250,14 @@ def dequantized(tensor) -> np.ndarray:
     return values.astype(np.float32, copy=False)
 
 
-def gguf_state_dict(reader, config: dict) -> dict[str, torch.Tensor]:
-    """All tensors as float32 torch tensors under transformers' names."""
+def gguf_state_dict(reader, config: dict, path: str | os.PathLike = "") -> dict[str, torch.Tensor]:
+    """All tensors as float32 torch tensors under transformers' names.
+
+    A tensor with NaN or infinite values (random or damaged bytes) is a ValueError naming
+    the tensor (by its GGUF name) and ``path``.
+    """
+    from genlab.models.checkpoints import check_finite
+
     state_dict = {}
     for tensor in reader.tensors:
         name = transformers_name(tensor.name)
@@ -264,6 +270,7 @@ def gguf_state_dict(reader, config: dict) -> dict[str, torch.Tensor]:
         elif name.endswith("k_proj.weight"):
             values = unpermute_qk(values, config["num_key_value_heads"])
         state_dict[name] = torch.from_numpy(values)
+        check_finite({tensor.name: state_dict[name]}, path or "<GGUF file>")
     return state_dict
 
 
@@ -362,7 +369,7 @@ def read_gguf(path: str | os.PathLike, *, add_bos_token: bool | None = None) -> 
 
     config = gguf_config(reader)
     start = time.perf_counter()
-    state_dict = gguf_state_dict(reader, config)
+    state_dict = gguf_state_dict(reader, config, path)
     timings["dequantize"] = time.perf_counter() - start
 
     start = time.perf_counter()

@@ -214,12 +214,20 @@ class Tokenizer:
         if templates:
             config["chat_template"] = templates
         config.setdefault("name_or_path", str(folder))
+        try:
+            check_tokenizer_config(config)
+        except ValueError as err:
+            raise ValueError(
+                f"{str(folder)!r} (tokenizer_config.json / special_tokens_map.json): {err}. Fix "
+                "that entry, or save the tokenizer again with transformers' save_pretrained."
+            ) from None
         return cls.from_file(tokenizer_file, config)
 
     @classmethod
     def from_backend_and_config(cls, backend: BackendTokenizer, config: dict) -> Tokenizer:
         """A Tokenizer from a backend and a tokenizer_config-style dict, read as transformers
         reads it."""
+        check_tokenizer_config(config)
         special = {attr: token_content(config.get(attr)) for attr in SPECIAL_TOKEN_ATTRIBUTES}
         additional = [token_content(t) for t in config.get("additional_special_tokens") or []]
         apply_add_prefix_space(backend, config.get("add_prefix_space", False))
@@ -573,17 +581,29 @@ class Tokenizer:
 
 
 def read_json(path: Path, what: str) -> dict:
-    """Parse a JSON file, with an error naming the file when it is not valid JSON."""
+    """Parse a JSON file that must hold an object, with an error naming the file when it is
+    not valid UTF-8 JSON or holds something else (a list, a string, a number)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            data = json.load(handle)
     except FileNotFoundError:
         raise ValueError(f"{what}: {str(path)!r} does not exist") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{what}: {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start}); "
+            "JSON files must be saved as UTF-8: download or save it again."
+        ) from None
     except json.JSONDecodeError as err:
         raise ValueError(
             f"{what}: {str(path)!r} is not valid JSON ({err}); the file may be truncated: "
             "download or save it again."
-        ) from err
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{what}: {str(path)!r} must hold a JSON object ({{...}}), but it holds a "
+            f"{type(data).__name__} ({json.dumps(data)[:60]}): download or save it again."
+        )
+    return data
 
 
 def read_json_if_present(path: Path, what: str) -> dict:
@@ -615,6 +635,47 @@ def normalize_chat_template(template) -> str | dict[str, str] | None:
     if isinstance(template, dict) and list(template) == ["default"]:
         return template["default"]
     return template
+
+
+def _is_token(value: Any) -> bool:
+    """A special token as a tokenizer config holds one: text, an AddedToken, a serialised
+    AddedToken dict with text content, or None."""
+    if isinstance(value, dict):
+        return isinstance(value.get("content"), str)
+    return value is None or isinstance(value, (str, AddedToken))
+
+
+def check_tokenizer_config(config: dict) -> None:
+    """ValueError naming the first entry of a tokenizer_config-style dict of the wrong type."""
+    for attr in SPECIAL_TOKEN_ATTRIBUTES:
+        if not _is_token(config.get(attr)):
+            raise ValueError(
+                f"{attr}={config[attr]!r} must be the token's text (or an AddedToken dict with "
+                "a 'content' string)"
+            )
+    extra = config.get("additional_special_tokens")
+    if extra is not None and (
+        not isinstance(extra, (list, tuple)) or not all(map(_is_token, extra))
+    ):
+        raise ValueError(f"additional_special_tokens={extra!r} must be a list of token texts")
+    template = config.get("chat_template")
+    if template is not None and not isinstance(template, (str, list, dict)):
+        raise ValueError(
+            f"chat_template={template!r} must be a Jinja template string (or a list of "
+            "{'name', 'template'} entries)"
+        )
+    length = config.get("model_max_length")
+    if length is not None and (isinstance(length, bool) or not isinstance(length, (int, float))):
+        raise ValueError(f"model_max_length={length!r} must be a number")
+    for flag in (
+        "add_prefix_space",
+        "add_bos_token",
+        "add_eos_token",
+        "clean_up_tokenization_spaces",
+    ):
+        value = config.get(flag)
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"{flag}={value!r} must be true or false")
 
 
 def token_content(token) -> str | None:

@@ -103,7 +103,8 @@ class SequenceBiasLogitsProcessor(LogitsProcessor):
 class NoBadWordsLogitsProcessor(SequenceBiasLogitsProcessor):
     """Forbid sequences: the token that would complete one of ``bad_words_ids`` gets -inf.
 
-    A one-token bad word equal to an EOS id is dropped (EOS stays allowed).
+    A one-token bad word equal to an EOS id is dropped (EOS stays allowed); a list of EOS
+    ids only is accepted and does nothing, as in the reference.
 
     >>> p = NoBadWordsLogitsProcessor([[1], [0, 2]], eos_token_id=None)
     >>> p(torch.tensor([[1, 0]]), torch.zeros(1, 3)).tolist()
@@ -111,7 +112,7 @@ class NoBadWordsLogitsProcessor(SequenceBiasLogitsProcessor):
     """
 
     stage_name = "bad_words"
-    shown = ("bad_words_ids",)
+    shown = ("bad_word_ids",)
     _field = "bad_words_ids"
 
     def __init__(
@@ -132,14 +133,14 @@ class NoBadWordsLogitsProcessor(SequenceBiasLogitsProcessor):
                     f"`bad_words_ids` must be {form}; each inner list non-empty with integer "
                     f"ids >= 0, got {ids!r}"
                 )
-        self.bad_words_ids = bad_words_ids
+        self.bad_word_ids = bad_words_ids  # the reference's attribute name
         kept = bad_words_ids
         if eos_token_id is not None:
             eos = token_id_tensor("eos_token_id", eos_token_id).tolist()
             kept = [ids for ids in bad_words_ids if not any(ids == [e] for e in eos)]
-        if not kept:
-            raise ValueError(
-                f"`bad_words_ids` {bad_words_ids!r} only lists the EOS id(s), which stay allowed: "
-                "remove them or add other bad words"
-            )
-        super().__init__({tuple(ids): float("-inf") for ids in kept})
+        if kept:
+            super().__init__({tuple(ids): float("-inf") for ids in kept})
+        else:  # only EOS ids: nothing to forbid
+            self.sequence_bias = {}
+            self.length_1_bias = None
+            self.prepared_bias_variables = False

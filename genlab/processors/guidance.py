@@ -44,17 +44,39 @@ class ClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
 
 
 def _as_genlab_model(model: Any) -> Any:
-    """A genlab-protocol model as it is; a transformers model wrapped in ``HFModel``."""
+    """A genlab-protocol model as it is; a transformers model wrapped in ``HFModel``; None
+    for any other callable (called the way the reference calls the model)."""
     if hasattr(model, "new_cache") and hasattr(model, "forward"):
         return model
     from genlab.models.hf import HFModel, is_transformers_model
 
     if is_transformers_model(model):
         return HFModel(model)
+    if callable(model):
+        return None
     raise ValueError(
-        "`model` for classifier-free guidance must be a genlab model (with new_cache and "
-        f"forward) or a transformers model, got {type(model).__name__}"
+        "`model` for classifier-free guidance must be a genlab model, a transformers model, "
+        "or a callable taking (input_ids, attention_mask=, use_cache=, past_key_values=) and "
+        f"returning an output with .logits; got {type(model).__name__}"
     )
+
+
+def _call_like_reference(model: Any, feed, mask, use_cache: bool, past) -> tuple[Any, Any]:
+    """(logits (rows, len, vocab), past_key_values) of a plain callable, called as the
+    reference calls the unconditional model."""
+    out = model(feed, attention_mask=mask, use_cache=use_cache, past_key_values=past)
+    if isinstance(out, torch.Tensor):
+        return out, None
+    logits = out["logits"] if isinstance(out, dict) else getattr(out, "logits", None)
+    if not isinstance(logits, torch.Tensor):
+        raise ValueError(
+            f"the classifier-free guidance model returned {type(out).__name__} without "
+            "logits: return an object with .logits (batch, length, vocab), as transformers "
+            "models do"
+        )
+    getter = getattr(out, "get", None)
+    past = getter("past_key_values", None) if callable(getter) else None
+    return logits, past
 
 
 class UnbatchedClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
@@ -89,12 +111,24 @@ class UnbatchedClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
             allowed="a number (1 = no guidance)",
             ok=lambda v: True,
         )
-        self.model = _as_genlab_model(model)
+        self.model = model  # as given (the reference's attribute)
+        self._model = _as_genlab_model(model)
         self.unconditional_ids = unconditional_ids
         self.unconditional_attention_mask = unconditional_attention_mask
         self.use_cache = bool(use_cache)
         self._cache = None
         self._first_pass = True
+
+    @property
+    def unconditional_context(self) -> dict:
+        """The unconditional branch's state under the reference's keys (a snapshot)."""
+        return {
+            "input_ids": self.unconditional_ids,
+            "attention_mask": self.unconditional_attention_mask,
+            "use_cache": self.use_cache,
+            "past_key_values": self._cache,
+            "first_pass": self._first_pass,
+        }
 
     def _next_inputs(self, input_ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Advance the unconditional branch by one step: (tokens to feed, full mask)."""
@@ -120,14 +154,20 @@ class UnbatchedClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
     def unconditional_logits(self, input_ids: torch.LongTensor) -> torch.FloatTensor:
         """(rows, vocab) logits of the unconditional branch for the next token."""
         feed, mask = self._next_inputs(input_ids)
+        if self._model is None:
+            logits, past = _call_like_reference(
+                self.model, feed, mask, self.use_cache, self._cache if self.use_cache else None
+            )
+            self._cache = past
+            return logits[:, -1]
         if self._cache is None or not self.use_cache:
-            self._cache = self.model.new_cache(feed.shape[0])
+            self._cache = self._model.new_cache(feed.shape[0])
         start = self._cache.length()
         positions = torch.arange(start, start + feed.shape[1], device=feed.device)
         positions = positions.unsqueeze(0).expand(feed.shape[0], -1)  # (rows, new_len)
         with torch.no_grad():
             # logits for every fed position, last one taken: the reference's exact matmul
-            out = self.model.forward(
+            out = self._model.forward(
                 feed,
                 attention_mask=mask,
                 position_ids=positions,

@@ -7,7 +7,7 @@ a new (rows, vocab) tensor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 
@@ -65,7 +65,7 @@ class EncoderRepetitionPenaltyLogitsProcessor(LogitsProcessor):
     """
 
     stage_name = "encoder_repetition_penalty"
-    shown = ("penalty",)
+    shown = ("encoder_repetition_penalty",)
 
     def __init__(self, penalty: float, encoder_input_ids: torch.LongTensor):
         value = check_real(
@@ -74,15 +74,15 @@ class EncoderRepetitionPenaltyLogitsProcessor(LogitsProcessor):
             allowed="a float > 0 (1.0 = no penalty)",
             ok=lambda v: v > 0,
         )
-        self.penalty = value
-        # the reference stores the reciprocal and penalizes with it; kept for identical rounding
-        self._inverse = 1 / value
+        self.encoder_repetition_penalty = value  # as given (the config field)
+        # as in the reference: the reciprocal, which the scores are penalized with
+        self.penalty = 1 / value
         self.encoder_input_ids = encoder_input_ids
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         index = self.encoder_input_ids.to(scores.device)
         seen = torch.gather(scores, 1, index)
-        return scores.scatter(1, index, _penalize(seen, self._inverse))
+        return scores.scatter(1, index, _penalize(seen, self.penalty))
 
 
 def ngram_table(tokens: Sequence[int], n: int) -> dict[tuple[int, ...], set[int]]:
@@ -98,8 +98,21 @@ def ngram_table(tokens: Sequence[int], n: int) -> dict[tuple[int, ...], set[int]
     return table
 
 
+def ngram_lists(tokens: Sequence[int], n: int) -> dict[tuple[int, ...], list[int]]:
+    """Like :func:`ngram_table`, with the following tokens listed in order of occurrence
+    (repeats kept): the form of the reference's ``generated_ngrams``.
+
+    >>> ngram_lists([5, 6, 5, 6], 2)
+    {(5,): [6, 6], (6,): [5]}
+    """
+    table: dict[tuple[int, ...], list[int]] = {}
+    for start in range(len(tokens) - n + 1):
+        table.setdefault(tuple(tokens[start : start + n - 1]), []).append(tokens[start + n - 1])
+    return table
+
+
 def banned_next_tokens(
-    table: dict[tuple[int, ...], set[int]], tokens: Sequence[int], n: int
+    table: dict[tuple[int, ...], Collection[int]], tokens: Sequence[int], n: int
 ) -> list[int]:
     """Tokens that would complete an n-gram of ``table`` after the end of ``tokens``.
 
@@ -109,7 +122,7 @@ def banned_next_tokens(
     if len(tokens) < n - 1:
         return []
     prefix = tuple(tokens[len(tokens) - n + 1 :])
-    return sorted(table.get(prefix, ()))
+    return sorted(set(table.get(prefix, ())))
 
 
 def _ban(scores: torch.Tensor, banned_per_row: list[list[int]]) -> torch.Tensor:
@@ -159,13 +172,18 @@ class EncoderNoRepeatNGramLogitsProcessor(LogitsProcessor):
         if encoder_input_ids.dim() == 1:
             encoder_input_ids = encoder_input_ids.unsqueeze(0)
         self.batch_size = encoder_input_ids.shape[0]
-        self.tables = [ngram_table(row, self.ngram_size) for row in encoder_input_ids.tolist()]
+        # per prompt, as the reference keeps them: (n-1)-token prefix -> tokens that followed
+        self.generated_ngrams = [
+            ngram_lists(row, self.ngram_size) for row in encoder_input_ids.tolist()
+        ]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows = scores.shape[0]
         beams_per_prompt = rows // self.batch_size
         banned = [
-            banned_next_tokens(self.tables[row // beams_per_prompt], tokens, self.ngram_size)
+            banned_next_tokens(
+                self.generated_ngrams[row // beams_per_prompt], tokens, self.ngram_size
+            )
             for row, tokens in enumerate(input_ids[:rows].tolist())
         ]
         return _ban(scores, banned)
@@ -236,7 +254,7 @@ class ExponentialDecayLengthPenalty(LogitsProcessor):
     """
 
     stage_name = "exponential_decay_length_penalty"
-    shown = ("start_index", "decay_factor", "eos_token_id")
+    shown = ("regulation_start", "regulation_factor", "eos_token_id")
 
     def __init__(
         self,
@@ -250,8 +268,8 @@ class ExponentialDecayLengthPenalty(LogitsProcessor):
                 "`exponential_decay_length_penalty` must be a pair (start_index, decay_factor), "
                 f"got {pair!r}"
             )
-        self.start_index = check_int("exponential_decay_length_penalty[0]", pair[0], minimum=0)
-        self.decay_factor = pair[1]
+        start_index = check_int("exponential_decay_length_penalty[0]", pair[0], minimum=0)
+        self.regulation_factor = pair[1]
         check_real(
             "exponential_decay_length_penalty[1]",
             pair[1],
@@ -262,7 +280,7 @@ class ExponentialDecayLengthPenalty(LogitsProcessor):
             raise ValueError(
                 "`exponential_decay_length_penalty` needs `eos_token_id`, got None: set the EOS id"
             )
-        self.regulation_start = self.start_index + input_ids_seq_length
+        self.regulation_start = start_index + input_ids_seq_length
         self.eos_token_id = token_id_tensor("eos_token_id", eos_token_id)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -270,7 +288,7 @@ class ExponentialDecayLengthPenalty(LogitsProcessor):
         if past_start <= 0:
             return scores
         eos = self.eos_token_id.to(scores.device)
-        boost = torch.abs(scores[:, eos]) * (pow(self.decay_factor, past_start) - 1)
+        boost = torch.abs(scores[:, eos]) * (pow(self.regulation_factor, past_start) - 1)
         penalties = torch.zeros_like(scores)
         penalties[:, eos] = boost
         return scores + penalties
