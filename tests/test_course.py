@@ -186,7 +186,7 @@ def test_lesson_has_goals_runtime_exercises_and_summary(path):
     cells = _cells(path)
     first = _src(cells[0])
     assert "You will learn" in first, f"{path.name}: the first cell must say what it teaches"
-    assert re.search(r"[Rr]uns in about \d+ s", first), f"{path.name}: say how long it runs"
+    assert re.search(r"[Rr]uns in\s+about\s+\d+\s+s", first), f"{path.name}: say how long it runs"
     exercises = [c for c in cells if c["cell_type"] == "markdown" and "Exercise" in _src(c)]
     exercises = [c for c in exercises if _src(c).lstrip().startswith("### Exercise")]
     answers = [c for c in cells if _hidden(c)]
