@@ -40,8 +40,19 @@ def test_the_teaching_notebooks_exist():
         "03_processor_waterfall.ipynb",
         "04_beam_search.ipynb",
         "05_watermarking.ipynb",
+        "06_assisted_decoding.ipynb",
+        "07_contrastive_search.ipynb",
+        "07b_guidance.ipynb",
+        "07c_dola.ipynb",
+        "09_hooks_and_interventions.ipynb",
+        # the course's added lessons (issue 20)
+        "01b_why_decoding_matters.ipynb",
+        "02b_temperature_and_truncation.ipynb",
+        "03b_stopping_and_batching.ipynb",
     }
     assert expected <= names, f"missing notebooks: {sorted(expected - names)}"
+    # the widget tour is the appendix; other tests find it by its 08_ prefix
+    assert [n for n in names if n.startswith("08_")] == ["08_appendix_widget_tour.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
