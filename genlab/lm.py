@@ -23,6 +23,7 @@ import torch
 from .engine import Run, as_model
 from .inputs import prompt_from_mapping, prompt_ids
 from .prefix import PrefixCache
+from .tokens import shown
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class GenerationResult:
                 {
                     "step": i,
                     "token_id": tid,
-                    "token": tok.decode([tid]) if tok is not None else str(tid),
+                    "token": shown(tok, tid),
                     "logprob": lp,
                     "prob": float(torch.tensor(lp).exp()),
                 }

@@ -25,6 +25,8 @@ from typing import Any
 import pandas as pd
 import torch
 
+from .tokens import shown
+
 
 @dataclass
 class StageRecord:
@@ -205,10 +207,9 @@ class Trace:
         return len(self.records)
 
     def token_text(self, token_id: int) -> str:
-        """The decoded text of one token (its id as text without a tokenizer)."""
-        if self.tokenizer is None or token_id < 0:
-            return str(token_id)
-        return self.tokenizer.decode([int(token_id)])
+        """One token as a person reads it: its decoded text with edge spaces shown as ␣
+        (:func:`genlab.tokens.shown`); its id as text without a tokenizer."""
+        return shown(self.tokenizer, token_id)
 
     def stages(self) -> list[str]:
         """Stage names in order (raw, each processor, final)."""
@@ -289,7 +290,7 @@ class Trace:
             if tid < 0:
                 continue
             alts = [
-                f"{self.token_text(i)!r} {p:.3f}"
+                f"{self.token_text(i)} {p:.3f}"
                 for i, p in zip(
                     final.top_ids[row, :alternatives].tolist(),
                     final.top_logprobs[row, :alternatives].exp().tolist(),

@@ -332,7 +332,7 @@ def test_playground_shows_text_table_and_colours(classic):
     assert pg.table.token.tolist() == ["nice", "woman", "<eos>"]
     assert pg.table.prob.round(6).tolist() == [0.5, 0.4, 1.0]
     assert pg.table["rank"].tolist() == [0, 0, 0]
-    assert "'dog' 0.400" in pg.table.top[0]
+    assert "dog 0.400" in pg.table.top[0]
     assert pg.config.eos_token_id == 2 and pg.config.max_new_tokens == 20
     view = pg.text_view.value
     assert view.count('class="genlab-token"') == 3 and prob_colour(0.4) in view
