@@ -429,7 +429,7 @@ def test_debugger_waterfall_reports_the_mass_each_stage_removed(classic):
     assert topk.removed_mass == pytest.approx(0.1, abs=1e-4)  # 'car' (0.1) is cut
     assert topk.raw_mass_kept == pytest.approx(0.9, abs=1e-4)
     assert topk.tokens_kept == 2 and topk.removed_tokens == classic.info.vocab_size - 2
-    assert table.top[0].startswith("nice 0.500, dog 0.400, car 0.100")
+    assert table.top[0].startswith("'nice' 0.500, 'dog' 0.400, 'car' 0.100")
     assert [v for _, v in dbg.candidates.options] == [5, 6]
     assert is_png(dbg.waterfall_image)
 
