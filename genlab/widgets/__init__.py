@@ -34,8 +34,10 @@ def __getattr__(name):
     raise AttributeError(f"module 'genlab.widgets' has no attribute {name!r}")
 
 
+
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+    # dir() and tab completion: every public name, loaded or not, and nothing private
+    return sorted(_LAZY)
 
 
 __all__ = sorted(_LAZY)
