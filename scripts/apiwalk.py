@@ -103,8 +103,10 @@ def coverage():
 
 def main(argv):
     rows, with_doc, without = coverage()
-    print(f"public names and members: {len(rows)}; with a docstring: {len(with_doc)} "
-          f"({100 * len(with_doc) / len(rows):.1f} %)")
+    print(
+        f"public names and members: {len(rows)}; with a docstring: {len(with_doc)} "
+        f"({100 * len(with_doc) / len(rows):.1f} %)"
+    )
     for q in without:
         print("  no docstring:", q)
     if "--args" in argv:

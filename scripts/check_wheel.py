@@ -48,8 +48,11 @@ def main(dist: str) -> None:
         fail("tests, notebooks, benchmarks or scripts are in the wheel")
     meta_name = next(n for n in dist_info if n.endswith("/METADATA"))
     meta = zipfile.ZipFile(wheel).read(meta_name).decode()
-    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines()
-                if line.startswith("Requires-Dist:")]
+    requires = [
+        line.split(":", 1)[1].strip()
+        for line in meta.splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
     runtime = [r for r in requires if "extra ==" not in r]
     if any(r.lower().startswith("transformers") for r in runtime):
         fail(f"transformers is a runtime dependency: {runtime}")
@@ -64,9 +67,11 @@ def main(dist: str) -> None:
             fail(f"{needed} missing from the sdist")
 
     n_py = sum(n.endswith(".py") for n in names)
-    print(f"wheel {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB, {len(names)} files "
-          f"({n_py} modules of genlab, {len(dist_info)} metadata files); "
-          f"runtime deps: {', '.join(runtime)}")
+    print(
+        f"wheel {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB, {len(names)} files "
+        f"({n_py} modules of genlab, {len(dist_info)} metadata files); "
+        f"runtime deps: {', '.join(runtime)}"
+    )
     print(f"sdist {sdist.name}: {sdist.stat().st_size / 1024:.0f} KiB, {len(sdist_names)} entries")
     print("wheel check ok: every package file, nothing else")
 

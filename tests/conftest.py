@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import pathlib
 import re
@@ -85,11 +86,18 @@ def assert_streams_like_reference(model, prompt, **cfg) -> None:
 
 # ---- options, markers, and the install under test -------------------------------------------
 
-_REFERENCE_IMPORT = re.compile(r"^\s*(from|import)\s+transformers\b", re.M)
+# a module needs transformers when it imports it (anywhere), a helper that does, or the
+# tiny transformers models above; a test also when it uses a fixture built on them
+_REFERENCE_IMPORT = re.compile(
+    r"^\s*(from|import)\s+(transformers|record_\w+)\b|^\s*from conftest import .*\btiny_llama\b",
+    re.M,
+)
+_REFERENCE_FIXTURES = {"hf_llama"}
+_REFERENCE_INSIDE = re.compile(r"importorskip\(\s*[\"']transformers")
 
 
 def _needs_transformers(path) -> bool:
-    """A test module needs transformers (the reference) when it imports it anywhere."""
+    """True for a test module that needs transformers (the reference) to be imported."""
     try:
         return bool(_REFERENCE_IMPORT.search(pathlib.Path(path).read_text(encoding="utf-8")))
     except OSError:
@@ -131,13 +139,25 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+def _imports_reference_inside(item) -> bool:
+    fn = getattr(item, "function", None)
+    try:
+        return fn is not None and bool(_REFERENCE_INSIDE.search(inspect.getsource(fn)))
+    except (OSError, TypeError):
+        return False
+
+
 def pytest_collection_modifyitems(config, items):
     cache: dict = {}
     for item in items:
         path = item.path
         if path not in cache:
             cache[path] = _needs_transformers(path)
-        if cache[path]:
+        if (
+            cache[path]
+            or _REFERENCE_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or _imports_reference_inside(item)
+        ):
             item.add_marker(pytest.mark.reference)
 
 

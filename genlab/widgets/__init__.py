@@ -34,7 +34,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'genlab.widgets' has no attribute {name!r}")
 
 
-
 def __dir__():
     # dir() and tab completion: every public name, loaded or not, and nothing private
     return sorted(_LAZY)
