@@ -82,8 +82,7 @@ browser: $(VENV)/.genlab-test-installed
 ## docs: the API reference from the docstrings (pdoc, warnings are errors) into build/docs
 docs: $(VENV)/.genlab-test-installed
 	rm -rf build/docs
-	$(PY) -W error::UserWarning -m pdoc --docformat markdown -o build/docs genlab
-	@echo "API reference: build/docs/index.html"
+	$(PY) scripts/build_docs.py build/docs
 
 ## wheel: build the sdist and the wheel into dist/ and check their contents
 wheel: $(VENV)/.genlab-test-installed
