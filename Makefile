@@ -48,13 +48,11 @@ demo: $(VENV)/.genlab-installed
 	$(PY) -m genlab.demo
 
 ## test: (command 2) lint, unit, notebooks, browser, docs, wheel-check
+#  (each step's time is printed: "<target>: N s")
 test: $(VENV)/.genlab-test-installed
-	$(MAKE) lint
-	$(MAKE) unit
-	$(MAKE) notebooks
-	$(MAKE) browser
-	$(MAKE) docs
-	$(MAKE) wheel-check
+	@for t in lint unit notebooks browser docs wheel-check; do \
+	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || exit 1; \
+	  echo "make test: $$t took $$(( $$(date +%s) - s )) s"; done
 
 ## lint: ruff check and ruff format --check
 lint: $(VENV)/.genlab-test-installed
