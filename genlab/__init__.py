@@ -49,28 +49,28 @@ _LAZY = {
 }
 
 
-#: subpackages reachable as attributes (``genlab.plots.beam_tree(...)``)
-_SUBPACKAGES = ("plots", "widgets")
+# the subpackages a user reaches as attributes (`genlab.plots.token_probs`)
+_SUBPACKAGES = ("plots", "widgets", "tokens", "models", "processors")
 
 
 def __getattr__(name):
     # lazy so that `import genlab` stays fast and light (torch is imported on first use)
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         mod, attr = _LAZY[name]
         value = getattr(importlib.import_module(f"genlab.{mod}"), attr)
         globals()[name] = value
         return value
-    if name in _SUBPACKAGES:  # genlab.plots / genlab.widgets without importing them first
-        import importlib
-
+    if name in _SUBPACKAGES:
         return importlib.import_module(f"genlab.{name}")
     raise AttributeError(f"module 'genlab' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+    # what dir() and tab completion show: the public names (loaded or not) and subpackages,
+    # never the helpers of this file (no `annotations`, no `_os`)
+    return sorted({*_LAZY, *_SUBPACKAGES, "__version__"})
 
 
 __all__ = sorted(_LAZY)

@@ -590,6 +590,13 @@ class WatermarkingConfig(_SmallConfig):
 
         >>> WatermarkingConfig(bias=3.0).to_dict()["bias"]
         3.0
+
+    Args:
+        greenlist_ratio: the share of the vocabulary that is green at each step;
+        bias: what is added to the logits of green tokens;
+        hashing_key: the key hashed with the context to seed the green list;
+        seeding_scheme: ``"lefthash"`` (context only) or ``"selfhash"`` (context and token);
+        context_width: how many previous tokens seed the green list.
     """
 
     greenlist_ratio: float = 0.25
@@ -611,6 +618,15 @@ class SynthIDTextWatermarkingConfig(_SmallConfig):
 
         >>> SynthIDTextWatermarkingConfig(ngram_len=5, keys=[654, 400]).sampling_table_size
         65536
+
+    Args:
+        ngram_len: the context length plus one that seeds the g-values;
+        keys: one watermarking key per tournament layer;
+        context_history_size: how many contexts are remembered to skip repeated ones;
+        sampling_table_seed: the seed of the sampling table;
+        sampling_table_size: the size of the sampling table;
+        skip_first_ngram_calls: do not watermark the first ngram_len - 1 tokens;
+        debug_mode: apply the watermark to a flat distribution (as the reference's debug mode).
     """
 
     ngram_len: int
@@ -643,6 +659,13 @@ class CompileConfig(_SmallConfig):
 
     >>> cc = CompileConfig(fullgraph=True)
     >>> cc._compile_all_devices = True
+
+    Args:
+        fullgraph: compile the whole step as one graph (no graph breaks allowed);
+        dynamic: let shapes vary between calls (None: torch decides);
+        backend: the ``torch.compile`` backend (``"inductor"``);
+        mode: the ``torch.compile`` mode (``"reduce-overhead"``);
+        options: extra backend options (a dict), passed through.
     """
 
     fullgraph: bool = False
@@ -910,6 +933,8 @@ class GenerationConfig:
 
             >>> GenerationConfig(do_sample=True, num_beams=3).get_generation_mode().value
             'beam_sample'
+
+        assistant_model: an assistant (draft) model, which selects assisted generation.
         """
         if self.constraints is not None or self.force_words_ids is not None:
             mode = GenerationMode.CONSTRAINED_BEAM_SEARCH
@@ -1171,7 +1196,11 @@ class GenerationConfig:
         }
 
     def to_json_string(self, use_diff: bool = True, ignore_metadata: bool = False) -> str:
-        """The config as JSON text (sorted keys, 2-space indent, as the reference writes)."""
+        """The config as JSON text (sorted keys, 2-space indent, as the reference writes).
+
+        use_diff: write only the fields that differ from the defaults;
+        ignore_metadata: leave out the transformers version field.
+        """
         data = self.to_diff_dict() if use_diff else self.to_dict()
         if ignore_metadata:
             for key in METADATA_FIELDS:
@@ -1185,7 +1214,10 @@ class GenerationConfig:
             ) from None
 
     def to_json_file(self, json_file_path: str | os.PathLike, use_diff: bool = True) -> None:
-        """Write :meth:`to_json_string` to a file."""
+        """Write :meth:`to_json_string` to a file.
+
+        json_file_path: where to write; use_diff: only the fields that differ from the defaults.
+        """
         text = self.to_json_string(use_diff=use_diff)
         with open(json_file_path, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -1195,6 +1227,8 @@ class GenerationConfig:
         """Build from a dict; ``kwargs`` override it.
 
         With ``return_unused_kwargs=True`` returns ``(config, unused_kwargs)``.
+
+        config_dict: field name -> value; unknown names are kept as extra attributes.
         """
         return_unused = kwargs.pop("return_unused_kwargs", False)
         kwargs.pop("_from_auto", None)
@@ -1208,7 +1242,11 @@ class GenerationConfig:
     @classmethod
     def from_any(cls, value: Any) -> GenerationConfig:
         """A genlab config from None, a genlab config (copied), a dict, or any object with
-        ``to_dict()`` such as transformers' GenerationConfig."""
+        ``to_dict()`` such as transformers' GenerationConfig.
+
+        value: None, a genlab or transformers GenerationConfig, a dict, or an object with
+        ``to_dict()``.
+        """
         if value is None:
             return cls()
         if isinstance(value, GenerationConfig):
@@ -1276,6 +1314,14 @@ class GenerationConfig:
             >>> path = cfg.save_pretrained(tmp_path)           # doctest: +SKIP
             >>> GenerationConfig.from_pretrained(tmp_path).max_new_tokens  # doctest: +SKIP
             7
+
+        Args:
+            pretrained_model_name: a folder, a JSON file or a Hub repo id;
+            config_file_name: the file name inside the folder or repo;
+            cache_dir: the Hub cache to use; force_download: fetch again even if cached;
+            local_files_only: never go to the network;
+            token: a Hub token (or True for the saved one);
+            revision: a branch, tag or commit of the repo; subfolder: a folder inside the repo.
         """
         path, commit_hash = _resolve_config_file(
             pretrained_model_name,
@@ -1305,6 +1351,8 @@ class GenerationConfig:
             >>> cfg = GenerationConfig.from_model_config({"bos_token_id": 1, "eos_token_id": 2})
             >>> cfg.eos_token_id
             2
+
+        model_config: a dict, a transformers PretrainedConfig or a dataclass such as ModelInfo.
         """
         full = _model_config_dict(model_config)
         given = {k: v for k, v in full.items() if v is not None and k != "_from_model_config"}

@@ -171,13 +171,20 @@ class PhrasalConstraint(Constraint):
         return self.token_ids[self.fulfilled_idx + 1]
 
     def advance(self) -> int | None:
+        """The next token id of the phrase (None once completed)."""
         return None if self.completed else self._next_token()
 
     def does_advance(self, token_id: int) -> bool:
+        """Whether token_id is the next token of the phrase."""
         _require_int("token_id", token_id)
         return False if self.completed else token_id == self._next_token()
 
     def update(self, token_id: int) -> tuple[bool, bool, bool]:
+        """Feed token_id; returns ``(stepped, completed, reset)``.
+
+        stepped: it was the next token; completed: the phrase is now whole; reset: it broke the
+        partial match, which starts again from the beginning.
+        """
         _require_int("token_id", token_id)
         if not self.does_advance(token_id):
             self.reset()
@@ -188,13 +195,16 @@ class PhrasalConstraint(Constraint):
 
     def reset(self) -> None:
         # Reference quirk kept on purpose: index 0, not -1 (see the module docstring).
+        """Forget the partial match (back to the first token of the phrase)."""
         self.completed = False
         self.fulfilled_idx = 0
 
     def remaining(self) -> int:
+        """How many tokens of the phrase are still to come."""
         return self.seqlen - (self.fulfilled_idx + 1)
 
     def copy(self, stateful: bool = False) -> PhrasalConstraint:
+        """A new constraint on the same phrase; stateful: also copy the progress made so far."""
         other = PhrasalConstraint(self.token_ids)
         if stateful:
             other.fulfilled_idx = self.fulfilled_idx
@@ -274,6 +284,10 @@ class DisjunctiveConstraint(Constraint):
         >>> c = DisjunctiveConstraint([[1, 2], [1, 3], [4]])
         >>> c.advance(), c.update(1), c.advance(), c.remaining()
         ([1, 4], (True, False, False), [2, 3], 1)
+
+    Args:
+        nested_token_ids: the options, each a non-empty list of token ids;
+        _trie: internal, used by :meth:`copy` to share the options' trie.
     """
 
     def __init__(self, nested_token_ids: list[list[int]], *, _trie: DisjunctiveTrie | None = None):
@@ -287,13 +301,20 @@ class DisjunctiveConstraint(Constraint):
         self.completed = False
 
     def advance(self) -> list[int] | None:
+        """The token ids that would move the constraint forward (None once completed)."""
         return self.trie.next_tokens(self.current_seq) or None
 
     def does_advance(self, token_id: int) -> bool:
+        """Whether token_id continues one of the options from the current state."""
         _require_int("token_id", token_id)
         return token_id in self.trie.next_tokens(self.current_seq)
 
     def update(self, token_id: int) -> tuple[bool, bool, bool]:
+        """Feed token_id; returns ``(stepped, completed, reset)``.
+
+        stepped: it continued an option; completed: an option is now whole; reset: it broke the
+        partial match, which starts again from the beginning.
+        """
         _require_int("token_id", token_id)
         stepped = self.does_advance(token_id)
         if stepped:
@@ -304,14 +325,17 @@ class DisjunctiveConstraint(Constraint):
         return stepped, self.completed, not stepped
 
     def reset(self) -> None:
+        """Forget the partial match (back to the beginning of every option)."""
         self.completed = False
         self.current_seq = []
 
     def remaining(self) -> int:
         # an option shorter than the longest one completes with seqlen - len(...) > 0
+        """How many tokens at least are still needed to complete an option."""
         return 0 if self.completed else self.seqlen - len(self.current_seq)
 
     def copy(self, stateful: bool = False) -> DisjunctiveConstraint:
+        """A new constraint on the same options; stateful: also copy the progress made so far."""
         other = DisjunctiveConstraint(self.token_ids, _trie=self.trie)  # the trie is never mutated
         if stateful:
             other.current_seq = self.current_seq  # shared on purpose (see the module docstring)

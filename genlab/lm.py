@@ -30,7 +30,20 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class GenerationResult:
-    """What ``lm.generate`` returns: the reference-shaped output plus text and a trace."""
+    """What ``lm.generate`` returns: the reference-shaped output plus text and a trace.
+
+    Args (as ``lm.generate`` fills them):
+        output: the reference-shaped output (``sequences``, ``scores``, ... as asked);
+        sequences: (rows, prompt + new) token ids, the prompt included;
+        prompt_length: the width of the (padded) prompt in ``sequences``;
+        texts: the generated text of each row, without the prompt; ``text`` is the first;
+        tokens: the generated tokens of each row as shown to a person (genlab.tokens);
+        run: the :class:`~genlab.engine.Run` that produced it (step on, rewind, fork);
+        trace: the recorded :class:`~genlab.trace.Trace` when ``trace=True``, else None.
+
+    >>> res = genlab.load("demo").generate("The capital of France is", max_new_tokens=5)
+    >>> res.text, res.generated_ids.shape                      # doctest: +SKIP
+    """
 
     output: Any
     sequences: torch.LongTensor
@@ -47,10 +60,15 @@ class GenerationResult:
 
     @property
     def generated_ids(self) -> torch.LongTensor:
+        """The new token ids only, (rows, new): ``sequences`` without the prompt."""
         return self.sequences[:, self.prompt_length :]
 
     def transition_scores(self, normalize_logits: bool = True, row: int = 0) -> pd.DataFrame:
-        """Per-token table (token, log-prob, prob) from ``compute_transition_scores``."""
+        """Per-token table (token, log-prob, prob) from ``compute_transition_scores``.
+
+        normalize_logits: log-softmax the scores first (True: log-probabilities of the
+        processed distribution); row: which returned sequence.
+        """
         from .outputs import compute_transition_scores
 
         out = self.output
@@ -98,7 +116,18 @@ class GenerationResult:
 
 
 class LM:
-    """A model with its tokenizer: text in, text and tables out."""
+    """A model with its tokenizer: text in, text and tables out.
+
+    Args:
+        model: a genlab-protocol model (built-in decoder, TableLM) or a transformers model;
+        tokenizer: its tokenizer (genlab's or a transformers tokenizer);
+        name: a label shown by widgets and reprs (default: from the model).
+
+    Usually made by :func:`genlab.load`:
+
+    >>> lm = genlab.load("demo")
+    >>> lm.generate("Hello", max_new_tokens=3).text             # doctest: +SKIP
+    """
 
     def __init__(self, model, tokenizer=None, name: str | None = None) -> None:
         self.model = as_model(model)
@@ -118,6 +147,7 @@ class LM:
 
     @property
     def info(self):
+        """The model's :class:`~genlab.models.base.ModelInfo` (vocabulary, layers, special ids)."""
         return self.model.info
 
     def encode(self, prompt, *, chat: bool | None = None, system: str | None = None):
@@ -127,6 +157,8 @@ class LM:
         messages (dicts with role/content), a tensor of ids, or a tokenizer's output (a
         mapping with ``input_ids`` and optionally ``attention_mask``). ``chat=True`` wraps a string
         as one user message and applies the chat template.
+
+        system: a system message put first when the prompt is a chat.
         """
         if isinstance(prompt, Mapping):  # a tokenizer's output: tok("...") / BatchEncoding
             ids, mask = prompt_from_mapping(prompt, None)
@@ -183,7 +215,21 @@ class LM:
         seed: int | None = None,
         **config,
     ) -> Run:
-        """A steppable run (keeps history so it can rewind, fork and branch)."""
+        """A steppable run (keeps history so it can rewind, fork and branch).
+
+        Args:
+            prompt: a string, a batch of strings, chat messages or a tensor of ids
+                (see :meth:`encode`);
+            chat: apply the chat template (default: for chat messages only);
+            system: a system message for a chat prompt;
+            trace: record the distribution after every processor (True, or a dict of Trace options);
+            seed: seeds the run's own random generator (sampling is then reproducible);
+            config: any GenerationConfig field (``max_new_tokens=20``, ``do_sample=True`` ...).
+
+        >>> run = lm.start("Once upon a time", do_sample=True, seed=0, trace=True)
+        >>> run.step(); run.force(" dragon"); run.rewind(1)         # doctest: +SKIP
+        >>> run.run().text                                           # doctest: +SKIP
+        """
         return self._new_run(prompt, chat, system, trace, seed, True, config)
 
     def generate(
@@ -197,7 +243,22 @@ class LM:
         progress: bool = False,
         **config,
     ) -> GenerationResult:
-        """Generate from text; returns a :class:`GenerationResult` (text, tables, trace)."""
+        """Generate from text; returns a :class:`GenerationResult` (text, tables, trace).
+
+        Args:
+            prompt: a string, a batch of strings, chat messages or a tensor of ids
+                (see :meth:`encode`);
+            chat: apply the chat template (default: for chat messages only);
+            system: a system message for a chat prompt;
+            trace: record the distribution after every processor (True, or a dict of Trace options);
+            seed: seeds the run's own random generator (sampling is then reproducible);
+            config: any GenerationConfig field (``max_new_tokens=20``, ``num_beams=4`` ...).
+
+        >>> res = lm.generate("What is the capital of France?", chat=True, max_new_tokens=12)
+        >>> res.text                                                 # doctest: +SKIP
+        'The capital of France is Paris.'
+        >>> res.transition_scores()                                  # doctest: +SKIP
+        """
         run = self._new_run(prompt, chat, system, trace, seed, False, config)
         run.run(progress=progress)
         return self.result(run)
@@ -314,6 +375,17 @@ def load(source: Any = "demo", tokenizer: Any = None, *, revision: str | None = 
     * a local folder or a Hub repo id (config.json + safetensors + tokenizer.json);
     * a transformers model object (with its tokenizer as the second argument);
     * any genlab-protocol model (e.g. :class:`genlab.models.table.TableLM`).
+
+    Args:
+        source: ``"demo"``, a folder, a Hub repo id, a transformers model or a genlab model;
+        tokenizer: the tokenizer for a model object (ignored for names and folders);
+        revision: a branch, tag or commit for a Hub repo id.
+
+    >>> lm = genlab.load("demo")                                 # offline, ~1 s
+    >>> lm.generate("The capital of France is", max_new_tokens=4).text   # doctest: +SKIP
+    >>> from transformers import AutoModelForCausalLM, AutoTokenizer     # doctest: +SKIP
+    >>> hf = AutoModelForCausalLM.from_pretrained(name)              # doctest: +SKIP
+    >>> lm = genlab.load(hf, AutoTokenizer.from_pretrained(name))    # doctest: +SKIP
     """
     if isinstance(source, (str, os.PathLike)):
         from .models import load_model

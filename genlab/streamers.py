@@ -128,7 +128,10 @@ class TextStreamer(BaseStreamer):
         self.next_tokens_are_prompt = True
 
     def put(self, value: Any) -> None:
-        """Decode the tokens so far and emit the part of the text that can no longer change."""
+        """Decode the tokens so far and emit the part of the text that can no longer change.
+
+        value: the new token ids, (batch, n) or (n,), as generation sends them.
+        """
         tokens = _token_list(value, type(self).__name__)
         if self.skip_prompt and self.next_tokens_are_prompt:
             self.next_tokens_are_prompt = False
@@ -163,7 +166,10 @@ class TextStreamer(BaseStreamer):
         self.on_finalized_text(chunk, stream_end=True)
 
     def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-        """Print ``text`` (no newline), or ``text`` and a newline at the end of the stream."""
+        """Print ``text`` (no newline), or ``text`` and a newline at the end of the stream.
+
+        text: the text that can no longer change; stream_end: True on the last call.
+        """
         print(text, flush=True, end="\n" if stream_end else "")
 
 
@@ -193,7 +199,10 @@ class TextIteratorStreamer(TextStreamer):
         self.timeout = timeout
 
     def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-        """Queue ``text``; at the end of the stream also queue the stop signal."""
+        """Queue ``text``; at the end of the stream also queue the stop signal.
+
+        text: the text that can no longer change; stream_end: True on the last call.
+        """
         self.text_queue.put(text, timeout=self.timeout)
         if stream_end:
             self.text_queue.put(self.stop_signal, timeout=self.timeout)
@@ -259,7 +268,10 @@ class NotebookStreamer(TextStreamer):
         self._ended = False
 
     def put(self, value: Any) -> None:
-        """Take the next tokens; refresh the output when ``every`` and ``min_interval`` allow."""
+        """Take the next tokens; refresh the output when ``every`` and ``min_interval`` allow.
+
+        value: the new token ids, (batch, n) or (n,), as generation sends them.
+        """
         if self._ended:  # a new generation with the same streamer: start a new output
             self._start_new_stream()
         prompt_dropped = self.next_tokens_are_prompt and self.skip_prompt
@@ -277,7 +289,10 @@ class NotebookStreamer(TextStreamer):
         self._ended = True
 
     def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-        """Collect the final text; draw it at the end of the stream, or print it if no kernel."""
+        """Collect the final text; draw it at the end of the stream, or print it if no kernel.
+
+        text: the text that can no longer change; stream_end: True on the last call.
+        """
         self.text += text
         if not self._in_notebook:
             super().on_finalized_text(text, stream_end)
@@ -332,6 +347,8 @@ class BeamStreamer:
         lm.generate("Once", num_beams=4, max_new_tokens=20, streamer=BeamStreamer(lm.tokenizer))
 
     or attach it to a run you step by hand: ``BeamStreamer(tok).attach(run)``.
+
+    skip_special_tokens: leave special tokens (EOS, padding) out of the shown text.
     """
 
     is_beam_streamer = True
@@ -412,7 +429,10 @@ class BeamStreamer:
             self._refresh(step, finished)
 
     def render(self, rows: list[tuple[float, bool, str]] | None = None) -> str:
-        """The list as plain text, one line per beam."""
+        """The list as plain text, one line per beam.
+
+        rows: ``(score, finished, text)`` triples to show (default: the latest beams).
+        """
         rows = self.beams() if rows is None else rows
         return "\n".join(
             f"{score:9.3f}  {'done' if done else '    '}  {text}" for score, done, text in rows

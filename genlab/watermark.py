@@ -303,6 +303,8 @@ def greenlist(context_ids, vocab_size: int, config, *, device="cpu") -> torch.Lo
     >>> ids = greenlist([42], 50, {"greenlist_ratio": 0.5})
     >>> ids.shape, bool((ids < 50).all())
     (torch.Size([25]), True)
+
+    config: the :class:`~genlab.config.WatermarkingConfig` (ratio, key, seeding scheme, width).
     """
     params = greenlist_params(config)
     _check_vocab_size(vocab_size)
@@ -1011,6 +1013,9 @@ class WatermarkDetector:
     >>> det = WatermarkDetector({"vocab_size": 50, "bos_token_id": 0}, "cpu", {})
     >>> det(torch.tensor([[0, 5, 6, 7]]), return_dict=True).num_tokens_scored
     array([2.])
+
+    device: where the detector's tensors live (``"cpu"``, ``"cuda"``);
+    max_cache_size: how many green lists are cached (by context) between calls.
     """
 
     def __init__(

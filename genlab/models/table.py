@@ -464,6 +464,8 @@ class TableLM:
 
             >>> TableLM.classic().enumerate_sequences("The")[0]
             ('dog has <eos>', 0.36000000000000004)
+
+        limit: stop after this many continuations (a guard against huge tables).
         """
         if not isinstance(max_new_words, int) or max_new_words < 1:
             raise ValueError(f"`max_new_words` must be a positive int, got {max_new_words!r}.")
@@ -508,6 +510,7 @@ class TableLM:
     # -- the model protocol
 
     def new_cache(self, batch_size: int) -> TableCache:
+        """An empty cache for batch_size rows (the table's cache only keeps the ids)."""
         if not isinstance(batch_size, int) or batch_size < 0:
             raise ValueError(f"`batch_size` must be a non-negative int, got {batch_size!r}.")
         return TableCache(batch_size)
@@ -537,6 +540,9 @@ class TableLM:
             (embedding, embedding), each (rows, new_len, hidden), the fixed embedding of each
             token; attentions (when asked): one (rows, 1, new_len, cache_len + new_len)
             tensor, uniform over the real positions up to each query (zeros on padding).
+
+        output_attentions, output_hidden_states: accepted for the protocol; a table has
+        neither (None).
         """
         rows, new_len = self._check_inputs(input_ids, attention_mask, cache, logits_to_keep)
         all_ids = cache.append(input_ids)  # (rows, total)

@@ -39,4 +39,9 @@ def __getattr__(name):
     raise AttributeError(f"module 'genlab.plots' has no attribute {name!r}")
 
 
+def __dir__():
+    # dir() and tab completion: every public name, loaded or not, and nothing private
+    return sorted(_LAZY)
+
+
 __all__ = sorted(_LAZY)

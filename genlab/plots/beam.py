@@ -71,6 +71,11 @@ def beam_tree(
     step_width / row_height: inches per step column / per candidate row.
 
     Size checked legible: 8 beams x 30 steps (16 candidates a step), about 33 x 8 inches.
+
+    title: the figure title (default: the input and the step range).
+
+    >>> res = lm.generate("The capital of France is", num_beams=3, max_new_tokens=6, trace=True)
+    >>> genlab.plots.beam_tree(res.trace)                        # doctest: +SKIP
     """
     tree = trace.beam_tree(batch=batch)
     if tree.empty:

@@ -16,7 +16,15 @@ def _short(tok: str, n: int = 10) -> str:
 
 
 def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:
-    """Probability of each chosen token (bars) and the entropy of its distribution (line)."""
+    """Probability of each chosen token (bars) and the entropy of its distribution (line).
+
+    Args:
+        trace: a :class:`~genlab.trace.Trace` (``lm.generate(..., trace=True).trace``);
+        row: which sequence of the batch; width: the figure width in inches (default: by length).
+
+    >>> res = lm.generate("Once upon a time", max_new_tokens=20, trace=True)
+    >>> genlab.plots.token_probs(res.trace)                     # doctest: +SKIP
+    """
     steps = trace.steps(row=row)
     n = len(steps)
     fig = Figure(figsize=(width or max(6.0, min(0.35 * n + 2, 24)), 3.6), layout="constrained")
@@ -37,7 +45,15 @@ def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:
 
 
 def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10) -> Figure:
-    """The top-k candidates at one step (chosen one highlighted)."""
+    """The top-k candidates at one step (chosen one highlighted).
+
+    Args:
+        trace: a recorded :class:`~genlab.trace.Trace`; step: which generation step;
+        row: which sequence; stage: ``"final"``, ``"raw"`` or a processor's stage name;
+        k: how many bars.
+
+    >>> genlab.plots.topk_bars(res.trace, step=0, k=10)          # doctest: +SKIP
+    """
     t = trace.topk(step, row=row, stage=stage).sort_values("rank").head(k)
     fig = Figure(figsize=(6, 0.32 * len(t) + 1.2), layout="constrained")
     ax = fig.add_subplot()
@@ -53,7 +69,16 @@ def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10)
 
 
 def waterfall(trace, step: int, row: int = 0, k: int = 8) -> Figure:
-    """One panel per stage (raw, each processor, final): top-k probabilities after it."""
+    """One panel per stage (raw, each processor, final): top-k probabilities after it.
+
+    Args:
+        trace: a recorded :class:`~genlab.trace.Trace`; step: which generation step;
+        row: which sequence; k: tokens per panel.
+
+    >>> res = lm.generate("Once upon a time", do_sample=True, top_k=20, temperature=0.7,
+    ...                   max_new_tokens=5, trace=True, seed=0)
+    >>> genlab.plots.waterfall(res.trace, step=0)                # doctest: +SKIP
+    """
     stages = trace.stages()
     fig = Figure(figsize=(2.4 * len(stages) + 0.6, 0.3 * k + 1.6), layout="constrained")
     axes = fig.subplots(1, len(stages), sharex=True)
@@ -77,7 +102,16 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8) -> Figure:
 
 def compare_logprobs(results: Sequence, labels: Sequence[str] | None = None) -> Figure:
     """Log-prob of each generated token for several results of the same prompt, with the
-    first position where their tokens diverge marked."""
+    first position where their tokens diverge marked.
+
+    Args:
+        results: :class:`~genlab.lm.GenerationResult` objects of the same prompt;
+        labels: one label per result (default: "0", "1", ...).
+
+    >>> a = lm.generate("Once upon a time", max_new_tokens=15)
+    >>> b = lm.generate("Once upon a time", max_new_tokens=15, do_sample=True, seed=1)
+    >>> genlab.plots.compare_logprobs([a, b], ["greedy", "sampled"])   # doctest: +SKIP
+    """
     labels = list(labels or [f"run {i}" for i in range(len(results))])
     fig = Figure(figsize=(8, 3.4), layout="constrained")
     ax = fig.add_subplot()

@@ -74,6 +74,12 @@ def green_red_tokens(
     """The text with each token on a green or red background (grey: not scored).
 
     table: :func:`genlab.watermark.token_colours` output. ``width``: characters per line.
+
+    fontsize: text size in points; title: the figure title; ax: draw into this axes
+    (default: a new figure).
+
+    >>> table = genlab.watermark.token_colours(detector, ids, tokenizer)   # doctest: +SKIP
+    >>> genlab.plots.green_red_tokens(table)                     # doctest: +SKIP
     """
     _require(table, ["token", "scored", "green", "running_z"], "token_colours()")
     tokens = [_visible(t) for t in table.token]
@@ -138,6 +144,11 @@ def running_z(
 
     table: :func:`genlab.watermark.token_colours` output. Points are coloured by whether
     that token is green or red.
+
+    z_threshold: the detection threshold drawn as a line; title: the figure title;
+    ax: draw into this axes (default: a new figure).
+
+    >>> genlab.plots.running_z(table, z_threshold=4.0)           # doctest: +SKIP
     """
     _require(table, ["position", "scored", "green", "running_z"], "token_colours()")
     fig, ax = _axes(ax, (7.0, 3.2))
@@ -171,6 +182,11 @@ def greenlist_bars(
 
     table: :func:`genlab.watermark.greenlist_table` output. Pale bars: before; solid
     bars: after; green or red by the token's list.
+
+    top: how many tokens; title: the figure title; ax: draw into this axes
+    (default: a new figure).
+
+    >>> genlab.plots.greenlist_bars(genlab.watermark.greenlist_table(...))   # doctest: +SKIP
     """
     _require(table, ["token", "green", "prob_before", "prob_after"], "greenlist_table()")
     if not isinstance(top, int) or top < 1:
@@ -206,6 +222,12 @@ def synthid_gvalues_heatmap(
 
     table: :func:`genlab.watermark.synthid_gvalues_table` output. Columns that are not
     scored (repeated context, after EOS) are drawn faded.
+
+    row: which text of the table; title: the figure title; ax: draw into this axes
+    (default: a new figure).
+
+    >>> table = genlab.watermark.synthid_gvalues_table(...)     # doctest: +SKIP
+    >>> genlab.plots.synthid_gvalues_heatmap(table)             # doctest: +SKIP
     """
     cols = ["row", "position", "token", "depth", "g_value", "scored"]
     _require(table, cols, "synthid_gvalues_table()")

@@ -39,7 +39,8 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+    # dir() and tab completion: every public name, loaded or not, and nothing private
+    return sorted(_LAZY)
 
 
 __all__ = sorted(_LAZY)

@@ -51,6 +51,14 @@ class CompareView(LiveView):
     For code and tests: ``results`` (label -> GenerationResult), ``tables`` (label ->
     per-token DataFrame), ``divergence`` (first differing position or None), ``texts()``,
     ``panels`` (label -> ConfigPanel), plus LiveView's ``update/wait/error/version``.
+
+    lm: a :class:`~genlab.lm.LM`; chat: apply the chat template; auto_update: generate again
+    after every change; debounce: seconds to wait for more changes first; run: generate at
+    once (False: wait for the Generate button).
+
+    >>> from genlab.widgets import CompareView
+    >>> CompareView(genlab.load("demo"), "Once upon a time",
+    ...             {"greedy": {}, "top-p": {"do_sample": True, "top_p": 0.9}})  # doctest: +SKIP
     """
 
     def __init__(
@@ -124,6 +132,7 @@ class CompareView(LiveView):
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job) -> dict[str, Any]:
+        """Generate every config for job (in the background worker); returns label -> result."""
         out = {}
         for label, panel in self.panels.items():
             run = start_run(
@@ -137,6 +146,7 @@ class CompareView(LiveView):
         return out
 
     def render(self, results: dict[str, Any]) -> None:
+        """Show results (label -> GenerationResult) side by side."""
         from ..plots.tokens import compare_logprobs, first_divergence
 
         tables = {label: token_table(res) for label, res in results.items()}

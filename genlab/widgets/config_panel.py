@@ -87,6 +87,13 @@ class ConfigPanel(widgets.VBox):
     Attributes for code and tests: ``config``, ``controls`` (name -> FieldControl),
     ``errors`` (name -> message of the rejected value), ``notes`` (warnings of the last
     valid change), ``mode`` (inferred generation mode).
+
+    title: the heading above the controls.
+
+    >>> from genlab.widgets import ConfigPanel
+    >>> panel = ConfigPanel(genlab.GenerationConfig(max_new_tokens=20))
+    >>> panel.set("top_k", 5); panel.config.top_k                 # doctest: +SKIP
+    5
     """
 
     def __init__(
@@ -165,7 +172,10 @@ class ConfigPanel(widgets.VBox):
 
     def set(self, name: str, value: Any) -> bool:
         """Set a field as a person would: shown in its control, validated, applied.
-        Returns True if the value was accepted."""
+        Returns True if the value was accepted.
+
+        name: a GenerationConfig field; value: its new value.
+        """
         if name not in self.controls:
             raise ValueError(
                 f"unknown config field {name!r}; fields are listed in genlab.config.FIELDS"
@@ -174,7 +184,10 @@ class ConfigPanel(widgets.VBox):
         return self._apply({name: value})
 
     def apply_preset(self, name: str) -> None:
-        """Apply one of :data:`PRESETS` (strategy/logits/watermark back to defaults first)."""
+        """Apply one of :data:`PRESETS` (strategy/logits/watermark back to defaults first).
+
+        name: a key of :data:`PRESETS` (``"greedy"``, ``"nucleus"``, ``"beam"`` ...).
+        """
         if name not in PRESETS:
             raise ValueError(f"preset must be one of {list(PRESETS)}, got {name!r}")
         new = GenerationConfig()
@@ -200,7 +213,10 @@ class ConfigPanel(widgets.VBox):
         self._accepted(list(FIELDS), notes)
 
     def load(self, path: str | Path | None = None) -> None:
-        """Load a generation_config.json file (or a folder holding one)."""
+        """Load a generation_config.json file (or a folder holding one).
+
+        path: a JSON file or a folder (default: the path typed in the panel).
+        """
         path = Path(path if path is not None else self.path.value)
         self.replace(GenerationConfig.from_pretrained(path))
         self.file_status.value = message(f"loaded {path}", "ok")

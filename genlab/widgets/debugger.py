@@ -62,6 +62,10 @@ class StepDebugger(widgets.VBox):
     ``select_run(i)``, ``force(token)``, ``text()``, ``history()`` and
     ``waterfall_table()`` (DataFrames); ``run`` is the active Run, ``runs`` all of them,
     ``error`` the last failure (None after a success).
+
+    >>> from genlab.widgets import StepDebugger
+    >>> dbg = StepDebugger(genlab.load("demo"), "Once upon a time", do_sample=True, top_k=20)
+    >>> dbg                                                      # doctest: +SKIP
     """
 
     def __init__(
@@ -222,7 +226,10 @@ class StepDebugger(widgets.VBox):
         return self.run.tracer.trace.steps()
 
     def waterfall_table(self, step: int | None = None, k: int = 5) -> pd.DataFrame:
-        """Stages of ``step`` (default: the current one) with the mass each removed."""
+        """Stages of ``step`` (default: the current one) with the mass each removed.
+
+        k: how many top tokens each stage lists.
+        """
         step = self.current_step if step is None else step
         if step is None:
             return pd.DataFrame()

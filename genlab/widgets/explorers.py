@@ -78,6 +78,15 @@ class WatermarkExplorer(LiveView):
     watermark), ``colours`` (per generated token: green, running z), ``detection``
     (detector numbers for both), ``greenlist`` (the table at ``position``),
     ``update/wait/error/version``.
+
+    Args:
+        lm: a :class:`~genlab.lm.LM` (``genlab.load(...)``); prompt: the text to continue;
+        chat: apply the chat template; seed: the sampling seed;
+        auto_update: generate again after every change; debounce: seconds to wait for more
+        changes first; run: generate at once (False: wait for the Generate button).
+
+    >>> from genlab.widgets import WatermarkExplorer
+    >>> WatermarkExplorer(genlab.load("demo"), watermarking_config={"bias": 4.0})  # doctest: +SKIP
     """
 
     def __init__(
@@ -144,6 +153,7 @@ class WatermarkExplorer(LiveView):
 
     @property
     def config(self) -> GenerationConfig:
+        """The settings of the next run (from the Settings tab)."""
         return self.panel.config
 
     def __repr__(self) -> str:
@@ -151,6 +161,7 @@ class WatermarkExplorer(LiveView):
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
+        """Generate with the watermark and detect it, for job (in the background worker)."""
         wm = self.panel.config.watermarking_config
         if not isinstance(wm, WatermarkingConfig):
             kind = "SynthID" if isinstance(wm, SynthIDTextWatermarkingConfig) else "no"
@@ -175,6 +186,7 @@ class WatermarkExplorer(LiveView):
         return result, baseline
 
     def render(self, data) -> None:
+        """Show data (the generation and its detection tables) in the widget."""
         from ..plots.watermark import running_z
         from ..watermark import WatermarkDetector, watermark_html
 
@@ -280,6 +292,16 @@ class BeamExplorer(LiveView):
     For code and tests: ``result``, ``tree`` (every candidate), ``show_step(step)``, and
     for the shown step ``candidates``, ``pool`` (finished hypotheses so far) and ``early``
     (the stopping numbers); ``update/wait/error/version``.
+
+    Args:
+        lm: a :class:`~genlab.lm.LM` (``genlab.load(...)``); prompt: the text to continue;
+        chat: apply the chat template; seed: the seed of each run (for beam sampling);
+        auto_update: generate again after every change; debounce: seconds to wait for more
+        changes first; window: how many steps the tree shows around the chosen one;
+        run: generate at once (False: wait for the Generate button).
+
+    >>> from genlab.widgets import BeamExplorer
+    >>> BeamExplorer(genlab.load("demo"), "The capital of France is", num_beams=3)  # doctest: +SKIP
     """
 
     def __init__(
@@ -347,6 +369,7 @@ class BeamExplorer(LiveView):
 
     @property
     def config(self) -> GenerationConfig:
+        """The settings of the next run (from the Settings tab)."""
         return self.panel.config
 
     def __repr__(self) -> str:
@@ -354,6 +377,7 @@ class BeamExplorer(LiveView):
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
+        """Run the traced beam search for job (in the background worker); returns the result."""
         if self.panel.config.num_beams < 2:
             raise ValueError(
                 f"num_beams must be >= 2 for a beam tree, got {self.panel.config.num_beams}; "
@@ -369,6 +393,7 @@ class BeamExplorer(LiveView):
         return self.lm.result(self.drive(run, job))
 
     def render(self, result) -> None:
+        """Show result (a traced GenerationResult) in the widget."""
         tree = result.trace.beam_tree(batch=0)
         self.result, self.tree, self._paths = result, tree, node_paths(tree)
         scores = getattr(result.output, "sequences_scores", None)

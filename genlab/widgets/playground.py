@@ -75,6 +75,11 @@ class Playground(LiveView):
     ``wait()`` waits for a scheduled update; ``result`` (a GenerationResult), ``table``
     (DataFrame), ``error`` (text of the last failure, None after a success), ``version``
     (+1 per shown result), ``timings`` (seconds of the last update).
+
+    >>> from genlab.widgets import Playground
+    >>> pg = Playground(genlab.load("demo"), "The capital of France is", max_new_tokens=12)
+    >>> pg                                                       # doctest: +SKIP
+    >>> pg.panel.set("do_sample", True); pg.wait(); pg.result.text   # doctest: +SKIP
     """
 
     def __init__(
@@ -141,6 +146,7 @@ class Playground(LiveView):
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
+        """Generate for job (in the background worker); returns the result."""
         run = start_run(
             self.lm,
             self.prompt_box.value,
@@ -153,6 +159,7 @@ class Playground(LiveView):
         return self.lm.result(run)
 
     def render(self, result) -> None:
+        """Show result (a GenerationResult): coloured text, table and plots."""
         run = result.run
         table = token_table(result)
         prompt = None if self.chat_box.value else self.prompt_box.value

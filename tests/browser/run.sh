@@ -80,6 +80,10 @@ set +e
   "playground.ipynb" "$ARTIFACTS" "$MODE"
 RC=$?
 set -e
+# 7. The demo app as Voila serves it (tests/browser/voila_check.py starts its own server)
+if [ "$MODE" = "normal" ] && [ $RC -eq 0 ]; then
+  "$VENV/bin/python" "$ROOT/tests/browser/voila_check.py" "$ARTIFACTS" || RC=$?
+fi
 echo "browser test: $(( $(date +%s) - START )) s in all (rc $RC)"
 if [ "$MODE" = "--no-widgets" ]; then
   if [ $RC -eq 0 ]; then
