@@ -10,14 +10,18 @@ Pure functions (no ipywidgets here), so they are easy to test and reuse:
 
 from __future__ import annotations
 
+import base64
 import html
 import io
+import math
 import threading
 import warnings
 from collections.abc import Sequence
 
 import matplotlib
 import pandas as pd
+
+from ..tokens import NEWLINE, show_token
 
 #: Held while warnings are caught: ``catch_warnings`` swaps module-wide state, so two
 #: threads (the kernel's and a widget's worker) must not do it at once.
@@ -33,9 +37,16 @@ def prob_colour(p: float) -> str:
     return matplotlib.colors.to_hex(matplotlib.colormaps[PROB_CMAP](p))
 
 
-def visible(token: str) -> str:
-    """A token's text with newlines and tabs made visible (for HTML and labels)."""
-    return token.replace("\n", "\u21b5\n").replace("\t", "\u2192")
+def running_text(token: str) -> str:
+    """A token inside running text: its decoded text as it reads in the sentence (spaces
+    stay spaces, the coloured backgrounds already mark where tokens start), with the
+    characters a reader cannot see drawn by :func:`genlab.tokens.show_token` (a newline
+    is drawn as ↵ and still breaks the line)."""
+    if "\n" in token:
+        return show_token(token).replace(NEWLINE, NEWLINE + "\n")
+    if not token.strip(" ") or "\t" in token:
+        return show_token(token)
+    return token
 
 
 def token_spans(
@@ -56,7 +67,7 @@ def token_spans(
         out.append(
             f'<span class="genlab-token" data-i="{i}" title="{html.escape(title)}" '
             f'style="background:{prob_colour(p)};border-radius:3px;padding:0 1px;{outline}">'
-            f"{html.escape(visible(tok))}</span>"
+            f"{html.escape(running_text(tok))}</span>"
         )
     return "".join(out)
 
@@ -81,13 +92,38 @@ def prob_legend() -> str:
     return f'<div style="font-size:smaller;color:#555">probability: {stops}</div>'
 
 
+def format_number(value, digits: int = 3) -> str:
+    """A number as a table cell: ``digits`` decimals, ``-inf`` / ``inf`` spelled out, and
+    huge magnitudes (the reference's ``-1e9`` "no hypothesis yet") in short form."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "-inf" if value < 0 else "inf"
+    if abs(value) >= 1e6:
+        return f"{value:.3g}"
+    return f"{value:.{digits}f}"
+
+
 def frame_html(frame: pd.DataFrame, digits: int = 3, max_rows: int = 200) -> str:
-    """A DataFrame as a plain HTML table (floats rounded), inside a scrolling box."""
+    """A DataFrame as a plain HTML table (numbers by :func:`format_number`, empty cells
+    for missing values, never "None"), inside a box that scrolls rather than cuts."""
     if frame is None or frame.empty:
         return "<i>no rows</i>"
-    shown = frame.head(max_rows).round(digits)
-    table = shown.to_html(index=False, classes="genlab-table", border=0, escape=True)
-    return f'<div style="max-height:360px;overflow:auto">{table}</div>'
+    shown = frame.head(max_rows)
+    formatters = {c: (lambda v, d=digits: format_number(v, d)) for c in shown.columns}
+    table = shown.to_html(
+        index=False,
+        classes="genlab-table",
+        border=0,
+        escape=True,
+        formatters=formatters,
+        na_rep="",
+    )
+    return f'<div style="max-height:360px;max-width:100%;overflow:auto">{table}</div>'
 
 
 def message(text: str, kind: str = "info") -> str:
@@ -100,10 +136,50 @@ def message(text: str, kind: str = "info") -> str:
     )
 
 
-def figure_png(fig, dpi: int = 80) -> bytes:
+#: resolution of the figures the widgets show (as the notebooks' inline figures)
+FIGURE_DPI = 100
+
+
+def figure_png(fig, dpi: int = FIGURE_DPI) -> bytes:
     """PNG bytes of a matplotlib Figure (the figure is not shown anywhere)."""
     buf = io.BytesIO()
     with WARNINGS_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # layout notes on very small figures
         fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels of PNG bytes (from the IHDR chunk)."""
+    if len(png) < 24:
+        return 0, 0
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def show_figure(image, fig, dpi: int = FIGURE_DPI) -> bytes:
+    """Draw ``fig`` into the ``widgets.Image`` ``image`` at its native size: one figure
+    pixel per screen pixel (never stretched or squeezed; a wide figure scrolls in its
+    box). ``fig`` None clears the image. Returns the PNG bytes."""
+    if fig is None:
+        image.value = b""
+        image.layout.width = image.layout.height = None
+        return b""
+    png = figure_png(fig, dpi=dpi)
+    width, height = png_size(png)
+    image.value = png
+    image.layout.width, image.layout.height = f"{width}px", f"{height}px"
+    image.layout.max_width = "none"
+    image.layout.object_fit = "none"
+    return png
+
+
+def png_html(png: bytes, alt: str = "figure") -> str:
+    """An ``<img>`` of PNG bytes at native size (for the static HTML of a panel)."""
+    if not png:
+        return ""
+    width, _ = png_size(png)
+    data = base64.b64encode(bytes(png)).decode("ascii")
+    return (
+        f'<div style="overflow-x:auto"><img alt="{html.escape(alt)}" width="{width}" '
+        f'style="max-width:none" src="data:image/png;base64,{data}"></div>'
+    )
