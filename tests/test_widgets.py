@@ -90,7 +90,7 @@ def test_every_field_has_a_control_in_its_group():
     for group, names in panel.groups.items():
         assert all(FIELDS[n].group == group for n in names)
     assert list(panel.accordion.titles) == [GROUP_TITLES[g] for g in panel.groups]
-    page = panel.accordion.children[list(panel.groups).index("logits")]
+    page = panel.accordion.pages[list(panel.groups).index("logits")]
     assert panel.controls["top_p"].box in page.children
 
 
@@ -118,9 +118,10 @@ def test_control_types_follow_the_field_kinds():
     c = ConfigPanel().controls
     top_p = c["top_p"].input
     assert isinstance(top_p, widgets.FloatSlider)
-    assert (top_p.min, top_p.max) == (0.01, 1.0)  # (0, 1]: 0 excluded
+    # (0, 1]: 0 is on the slider, so that choosing it says why it is refused
+    assert (top_p.min, top_p.max) == (0.0, 1.0)
     assert isinstance(c["temperature"].input, widgets.FloatSlider)
-    assert c["temperature"].input.min == pytest.approx(0.05)
+    assert c["temperature"].input.min == 0
     assert isinstance(c["num_beams"].input, widgets.IntSlider)
     assert isinstance(c["do_sample"].input, widgets.Checkbox)
     assert isinstance(c["length_penalty"].input, widgets.FloatText)  # no bounds: a text box
@@ -332,7 +333,7 @@ def test_playground_shows_text_table_and_colours(classic):
     assert pg.table.token.tolist() == ["nice", "woman", "<eos>"]
     assert pg.table.prob.round(6).tolist() == [0.5, 0.4, 1.0]
     assert pg.table["rank"].tolist() == [0, 0, 0]
-    assert "'dog' 0.400" in pg.table.top[0]
+    assert "dog 0.400" in pg.table.top[0]  # decoded text, no repr quotes
     assert pg.config.eos_token_id == 2 and pg.config.max_new_tokens == 20
     view = pg.text_view.value
     assert view.count('class="genlab-token"') == 3 and prob_colour(0.4) in view
@@ -429,8 +430,11 @@ def test_debugger_waterfall_reports_the_mass_each_stage_removed(classic):
     assert topk.removed_mass == pytest.approx(0.1, abs=1e-4)  # 'car' (0.1) is cut
     assert topk.raw_mass_kept == pytest.approx(0.9, abs=1e-4)
     assert topk.tokens_kept == 2 and topk.removed_tokens == classic.info.vocab_size - 2
-    assert table.top[0].startswith("'nice' 0.500, 'dog' 0.400, 'car' 0.100")
-    assert [v for _, v in dbg.candidates.options] == [5, 6]
+    assert table.top[0].startswith("nice 0.500, dog 0.400, car 0.100")
+    assert [v for _, v in dbg.candidates.options] == [5, 6]  # p > 0 only
+    assert "genlab-waterfall" in dbg.waterfall_view.value  # the table, drawn at each step
+    assert dbg.waterfall_image.value == b""  # the figure: only while its tab is open
+    dbg.tabs.selected_index = 1
     assert is_png(dbg.waterfall_image)
 
 

@@ -183,3 +183,33 @@ def png_html(png: bytes, alt: str = "figure") -> str:
         f'<div style="overflow-x:auto"><img alt="{html.escape(alt)}" width="{width}" '
         f'style="max-width:none" src="data:image/png;base64,{data}"></div>'
     )
+
+
+def alternatives(trace, row: int = 0, n: int = 3) -> list[str]:
+    """Per recorded step, the ``n`` most likely tokens still possible (probability > 0)
+    under the final scores, as ``"␣the 0.412, ␣a 0.100"``: tokens of probability 0
+    (removed by top-k, top-p, ...) are never listed."""
+    out = []
+    for rec in trace.records:
+        final = rec.stages[-1]
+        if row >= final.top_ids.shape[0] or int(rec.chosen_for_row[row]) < 0:
+            continue
+        parts = []
+        for tid, lp in zip(final.top_ids[row].tolist(), final.top_logprobs[row].tolist()):
+            if len(parts) == n or not math.isfinite(lp):
+                break
+            parts.append(f"{show_token(trace.token_text(tid))} {math.exp(lp):.3f}")
+        out.append(", ".join(parts))
+    return out
+
+
+def steps_table(trace, row: int = 0, n: int = 3) -> pd.DataFrame:
+    """``trace.steps(row)`` for people: tokens shown by :func:`genlab.tokens.show_token`
+    and ``top`` listing only tokens still possible (see :func:`alternatives`)."""
+    table = trace.steps(row=row)
+    if table.empty:
+        return table
+    table = table.copy()
+    table["token"] = [show_token(t) for t in table.token]
+    table["top"] = alternatives(trace, row=row, n=n)
+    return table
