@@ -38,6 +38,7 @@ from .render import (
     message,
     png_html,
     prob_legend,
+    prob_text,
     show_figure,
     steps_table,
     text_block,
@@ -81,7 +82,7 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
             cells.append(
                 f'<td style="padding:1px 6px;{weight}" title="{"chosen: " if chosen else ""}'
                 f'{html.escape(show_token(tok))} p={p:.4f}">'
-                f"{html.escape(show_token(tok))} {p:.3f}"
+                f"{html.escape(show_token(tok))} {prob_text(p)}"
                 f'<div style="background:{colour};height:5px;width:{max(1, round(70 * p))}px">'
                 "</div></td>"
             )
@@ -433,12 +434,13 @@ class StepDebugger(widgets.VBox):
         with self._lock:
             if not self._pending:
                 return
-            self._pending = 0
             try:
                 self._render()
             except Exception as err:  # shown, never raised in a timer thread
                 self.error = f"{type(err).__name__}: {err}"
                 self.status.value = message(self.error, "error")
+            finally:
+                self._pending = 0
 
     def wait(self, timeout: float = 10.0) -> None:
         """Wait until the view of the last action is drawn (after button clicks)."""
@@ -503,7 +505,7 @@ class StepDebugger(widgets.VBox):
         )
         final = candidates(trace, step, stage="final", k=trace_k(trace))
         options = [
-            (f"{show_token(t)}  p={p:.3f}" + ("  (taken)" if c else ""), int(i))
+            (f"{show_token(t)}  p={prob_text(p)}" + ("  (taken)" if c else ""), int(i))
             for t, p, i, c in zip(final.token, final.prob, final.token_id, final.chosen)
         ]
         self.candidates.options = options

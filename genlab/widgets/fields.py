@@ -306,8 +306,8 @@ class NumberControl(FieldControl):
         default = self.spec.default
         if default is not None:
             return default
-        if bounds is not None:
-            return bounds[0]
+        if bounds is not None:  # the smallest value allowed (an exclusive end is not)
+            return bounds[0] + (self.step if self.spec.min_exclusive else 0)
         return 0 if self.is_int else 0.0
 
     def parts(self):

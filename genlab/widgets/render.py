@@ -185,6 +185,15 @@ def png_html(png: bytes, alt: str = "figure") -> str:
     )
 
 
+def prob_text(p: float) -> str:
+    """A probability for a label: 3 decimals, or the power of ten when it is below 0.001
+    (a possible token is never shown as "0.000")."""
+    p = float(p)
+    if p >= 0.001 or p == 0:
+        return f"{p:.3f}"
+    return f"{p:.0e}"
+
+
 def alternatives(trace, row: int = 0, n: int = 3) -> list[str]:
     """Per recorded step, the ``n`` most likely tokens still possible (probability > 0)
     under the final scores, as ``"␣the 0.412, ␣a 0.100"``: tokens of probability 0
@@ -196,9 +205,9 @@ def alternatives(trace, row: int = 0, n: int = 3) -> list[str]:
             continue
         parts = []
         for tid, lp in zip(final.top_ids[row].tolist(), final.top_logprobs[row].tolist()):
-            if len(parts) == n or not math.isfinite(lp):
+            if len(parts) == n or not math.isfinite(lp) or math.exp(lp) == 0:
                 break
-            parts.append(f"{show_token(trace.token_text(tid))} {math.exp(lp):.3f}")
+            parts.append(f"{show_token(trace.token_text(tid))} {prob_text(math.exp(lp))}")
         out.append(", ".join(parts))
     return out
 
