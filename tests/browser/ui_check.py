@@ -203,7 +203,8 @@ def keyboard_reaches_group_headers(page) -> dict:
         name = page.evaluate("() => document.activeElement.innerText")
         page.keyboard.press("Enter")
         page.wait_for_timeout(600)
-        opened = "\u25be" in page.evaluate("() => document.activeElement.innerText")
+        after = page.evaluate("() => document.activeElement.innerText")
+        opened = after[:1] != name[:1]  # ▸ <-> ▾: Enter opened (or closed) the group
         outline = page.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
         return {"tab_reaches_header": name, "enter_opens": opened, "focus_outline": outline}
     return {"tab_reaches_header": None, "enter_opens": False, "focus_outline": None}
@@ -348,6 +349,10 @@ def main() -> int:
             )
             res["rendered"] = rendered
             res["panel_views"] = {k: page.locator(v).count() for k, v in PANELS.items()}
+            outputs = page.locator(".jp-NotebookPanel .jp-Cell").all_inner_texts()
+            res["cells_with_widget_errors"] = [
+                o[:300] for o in outputs if "Error displaying widget" in o
+            ]
             rendered = rendered and all(n >= 1 for n in res["panel_views"].values())
             res["rendered"] = rendered
             if rendered:
@@ -373,7 +378,7 @@ def main() -> int:
     checks = {
         "rendered": bool(res.get("rendered")),
         "slider changes the text": changed,
-        "typed prompt changes the text": "Italy" not in str(res.get("prompt_text", "x"))
+        "typed prompt changes the text": "Italy" in str(res.get("prompt_text", ""))
         and bool(res.get("secs_prompt_to_new_text")),
         "no None cells": not any(
             res.get(k) for k in ("beam_none_cells", "debugger_none_cells",
