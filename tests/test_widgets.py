@@ -790,6 +790,10 @@ def test_tables_print_large_and_infinite_numbers_readably():
 
     from genlab.widgets.render import frame_html
 
-    text = frame_html(pd.DataFrame({"a": [-1e9, float("-inf"), 0.5], "b": [None, 1, 2]}))
+    import numpy as np
+
+    f32 = np.array([-1.0370433, 2.0, 3.5], dtype=np.float32)
+    text = frame_html(pd.DataFrame({"a": [-1e9, float("-inf"), 0.5], "b": [None, 1, 2], "c": f32}))
+    assert "-1.037" in text and "-1.0370433" not in text
     assert "-1e+09" in text and "-inf" in text and "0.500" in text
     assert "e+09" not in text.replace("-1e+09", "") and "None" not in text

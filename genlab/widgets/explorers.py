@@ -475,7 +475,12 @@ class BeamExplorer(LiveView):
         early = trace.early_stop()
         self.early = early[(early.step == step) & (early.batch == 0)].reset_index(drop=True)
         first = max(0, step - self.window + 1)
-        fig = beam_tree(trace, steps=(first, step), title=f"Beam tree up to step {step}")
+        fig = beam_tree(
+            trace,
+            steps=(first, step),
+            steps_per_row=5,  # bands of 5 steps: 760 px, no wider than the panel
+            title=f"Beam tree up to step {step}",
+        )
         self.tree_png = show_figure(self.tree_image, fig)
         self.candidates_view.value = f"<b>candidates at step {step}</b>" + frame_html(
             self.candidates

@@ -14,11 +14,13 @@ import base64
 import html
 import io
 import math
+import numbers
 import threading
 import warnings
 from collections.abc import Sequence
 
 import matplotlib
+import numpy as np
 import pandas as pd
 
 from ..tokens import NEWLINE, show_token
@@ -95,6 +97,8 @@ def prob_legend() -> str:
 def format_number(value, digits: int = 3) -> str:
     """A number as a table cell: ``digits`` decimals, ``-inf`` / ``inf`` spelled out, and
     huge magnitudes (the reference's ``-1e9`` "no hypothesis yet") in short form."""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        value = int(value) if isinstance(value, numbers.Integral) else float(value)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, (bool, str)) or not isinstance(value, (int, float)):
@@ -114,7 +118,20 @@ def frame_html(frame: pd.DataFrame, digits: int = 3, max_rows: int = 200) -> str
     if frame is None or frame.empty:
         return "<i>no rows</i>"
     shown = frame.head(max_rows)
-    formatters = {c: (lambda v, d=digits: format_number(v, d)) for c in shown.columns}
+    formatters = {}
+    for c in shown.columns:
+        col = shown[c]
+        counts = (
+            pd.api.types.is_float_dtype(col)
+            and col.notna().any()
+            and bool(((col.dropna() % 1) == 0).all())
+            and bool((col.dropna().abs() < 1e6).all())
+        )  # a float column of whole numbers (counts): printed as whole numbers
+        formatters[c] = (
+            (lambda v: format_number(int(v)) if v == v else "")
+            if counts
+            else (lambda v, d=digits: format_number(v, d))
+        )
     table = shown.to_html(
         index=False,
         classes="genlab-table",
