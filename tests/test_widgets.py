@@ -786,11 +786,10 @@ def test_figures_in_widgets_are_shown_at_native_size(classic):
 
 
 def test_tables_print_large_and_infinite_numbers_readably():
+    import numpy as np
     import pandas as pd
 
     from genlab.widgets.render import frame_html
-
-    import numpy as np
 
     f32 = np.array([-1.0370433, 2.0, 3.5], dtype=np.float32)
     text = frame_html(pd.DataFrame({"a": [-1e9, float("-inf"), 0.5], "b": [None, 1, 2], "c": f32}))
