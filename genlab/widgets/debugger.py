@@ -80,7 +80,7 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
             colour = "#f28e2b" if chosen else "#9aa5b1"
             weight = "font-weight:bold;color:#8a4500;" if chosen else ""
             cells.append(
-                f'<td style="padding:1px 6px;{weight}" title="{"chosen: " if chosen else ""}'
+                f'<td style="padding:1px 6px;white-space:nowrap;{weight}" title="{"chosen: " if chosen else ""}'
                 f'{html.escape(show_token(tok))} p={p:.4f}">'
                 f"{html.escape(show_token(tok))} {prob_text(p)}"
                 f'<div style="background:{colour};height:5px;width:{max(1, round(70 * p))}px">'
