@@ -86,7 +86,7 @@ def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:
     return fig
 
 
-def _bars(ax, t: pd.DataFrame, xmax: float | None = None) -> None:
+def _bars(ax, t: pd.DataFrame, xmax: float | None = None, rows: int | None = None) -> None:
     """Horizontal probability bars of ``t`` (from :func:`candidates`), best at the top,
     the chosen one orange with its label bold; each bar's probability printed."""
     y = np.arange(len(t))[::-1]
@@ -110,7 +110,8 @@ def _bars(ax, t: pd.DataFrame, xmax: float | None = None) -> None:
             fontsize=SMALL,
             color="#b35900" if chosen else "0.2",
         )
-    ax.set_ylim(-0.6, max(len(t), 1) - 0.4)
+    rows = max(rows or len(t), len(t), 1)  # a panel of 2 tokens keeps bars of normal height
+    ax.set_ylim(len(t) - rows - 0.5, len(t) - 0.5)
 
 
 def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10) -> Figure:
@@ -140,7 +141,7 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 3) -> F
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
     for i, (ax, stage) in enumerate(zip(axes, stages)):
         t = candidates(trace, step, row=row, stage=stage, k=k)
-        _bars(ax, t)
+        _bars(ax, t, rows=k)
         kept = int(summary.loc[stage, "tokens_kept"]) if stage in summary.index else None
         left = f"{kept:,} tokens possible" if kept is not None else ""
         ax.set_title(f"{i}. {stage_name(stage)}\n{left}", fontsize=10, loc="left")
