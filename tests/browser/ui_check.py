@@ -277,6 +277,9 @@ def explorers(page) -> dict:
     out = {}
     root = PANELS["watermark_explorer"]
     page.locator(root).first.scroll_into_view_if_needed()
+    # JupyterLab draws cells lazily: wait until the coloured text is on the page
+    page.wait_for_selector(f"{root} .genlab-watermark", timeout=60_000)
+    page.wait_for_timeout(500)
     text = page.locator(root).first.inner_text()
     zs = re.findall(r"z = (-?\d+\.\d\d)", text)
     out["watermark_z_values"] = sorted(set(zs))
@@ -284,6 +287,7 @@ def explorers(page) -> dict:
     page.locator(root).first.screenshot(path=str(ARTIFACTS / "watermark_explorer.png"))
     root = PANELS["beam_explorer"]
     page.locator(root).first.scroll_into_view_if_needed()
+    page.wait_for_selector(f"{root} .genlab-text", timeout=60_000)
     page.locator(f"{root} .lm-TabBar-tab:has-text('Early stop')").first.click()
     page.wait_for_timeout(400)
     early = page.locator(root).first.inner_text()
