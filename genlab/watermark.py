@@ -1053,8 +1053,22 @@ class WatermarkDetector:
             seen.add(ngram)
         return green, scored
 
-    def __call__(self, input_ids, z_threshold: float = 3.0, return_dict: bool = False):
+    def __call__(
+        self,
+        input_ids,
+        z_threshold: float = 3.0,
+        return_dict: bool = False,
+        *,
+        score_from: int | None = None,
+    ):
+        """``score_from`` (genlab's addition): score only the tokens at positions
+        ``>= score_from`` of ``input_ids`` (e.g. the prompt length: the generated tokens
+        only); the tokens before still give the context of the first scored ones."""
         ids = _as_ids(input_ids, "input_ids", 2)
+        if score_from is not None and (
+            isinstance(score_from, bool) or not isinstance(score_from, int) or score_from < 0
+        ):
+            raise ValueError(f"score_from must be an int >= 0 or None, got {score_from!r}")
         _check_ids_in_vocab(ids, self.vocab_size, "input_ids")
         start = 1 if ids.shape[1] and int(ids[0, 0]) == self.bos_token_id else 0
         body = ids[:, start:]
@@ -1069,6 +1083,8 @@ class WatermarkDetector:
             g, s = self._score_row(seq)
             green[row, start:] = torch.tensor(g, dtype=torch.bool)
             scored[row, start:] = torch.tensor(s, dtype=torch.bool)
+        if score_from is not None:
+            scored[:, :score_from] = False
         num_scored = scored.sum(dim=1).double().numpy()
         num_green = (green & scored).sum(dim=1).double().numpy()
         z = z_score(num_green, num_scored, self.greenlist_ratio)

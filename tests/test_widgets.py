@@ -90,7 +90,7 @@ def test_every_field_has_a_control_in_its_group():
     for group, names in panel.groups.items():
         assert all(FIELDS[n].group == group for n in names)
     assert list(panel.accordion.titles) == [GROUP_TITLES[g] for g in panel.groups]
-    page = panel.accordion.children[list(panel.groups).index("logits")]
+    page = panel.accordion.pages[list(panel.groups).index("logits")]
     assert panel.controls["top_p"].box in page.children
 
 
@@ -118,9 +118,10 @@ def test_control_types_follow_the_field_kinds():
     c = ConfigPanel().controls
     top_p = c["top_p"].input
     assert isinstance(top_p, widgets.FloatSlider)
-    assert (top_p.min, top_p.max) == (0.01, 1.0)  # (0, 1]: 0 excluded
+    # (0, 1]: 0 is on the slider, so that choosing it says why it is refused
+    assert (top_p.min, top_p.max) == (0.0, 1.0)
     assert isinstance(c["temperature"].input, widgets.FloatSlider)
-    assert c["temperature"].input.min == pytest.approx(0.05)
+    assert c["temperature"].input.min == 0
     assert isinstance(c["num_beams"].input, widgets.IntSlider)
     assert isinstance(c["do_sample"].input, widgets.Checkbox)
     assert isinstance(c["length_penalty"].input, widgets.FloatSlider)  # bounded to [-50, 50]
@@ -332,7 +333,7 @@ def test_playground_shows_text_table_and_colours(classic):
     assert pg.table.token.tolist() == ["nice", "woman", "<eos>"]
     assert pg.table.prob.round(6).tolist() == [0.5, 0.4, 1.0]
     assert pg.table["rank"].tolist() == [0, 0, 0]
-    assert "dog 0.400" in pg.table.top[0]
+    assert "dog 0.400" in pg.table.top[0]  # decoded text, no repr quotes
     assert pg.config.eos_token_id == 2 and pg.config.max_new_tokens == 20
     view = pg.text_view.value
     assert view.count('class="genlab-token"') == 3 and prob_colour(0.4) in view
@@ -429,8 +430,11 @@ def test_debugger_waterfall_reports_the_mass_each_stage_removed(classic):
     assert topk.removed_mass == pytest.approx(0.1, abs=1e-4)  # 'car' (0.1) is cut
     assert topk.raw_mass_kept == pytest.approx(0.9, abs=1e-4)
     assert topk.tokens_kept == 2 and topk.removed_tokens == classic.info.vocab_size - 2
-    assert table.top[0].startswith("'nice' 0.500, 'dog' 0.400, 'car' 0.100")
-    assert [v for _, v in dbg.candidates.options] == [5, 6]
+    assert table.top[0].startswith("nice 0.500, dog 0.400, car 0.100")
+    assert [v for _, v in dbg.candidates.options] == [5, 6]  # p > 0 only
+    assert "genlab-waterfall" in dbg.waterfall_view.value  # the table, drawn at each step
+    assert dbg.waterfall_image.value == b""  # the figure: only while its tab is open
+    dbg.tabs.selected_index = 1
     assert is_png(dbg.waterfall_image)
 
 
@@ -541,3 +545,254 @@ def test_playground_beam_mode_uses_the_returned_sequence(classic):
     assert pg.table.prob.round(4).tolist() == [0.4, 0.9, 1.0]
     pg.show_plots()
     assert pg.probs_image.value == b""  # per-token plots are for token-by-token modes
+
+
+# ----------------------------------------------------------------------------------------
+# issue 15 / 16: the bugs a student met, each with the behaviour it must have now
+# ----------------------------------------------------------------------------------------
+def test_debugger_takes_a_multi_token_text_whole(classic):
+    dbg = StepDebugger(classic, "The", max_new_tokens=6)
+    dbg.step()
+    dbg.token_box.value = "dog has"  # two tokens: both taken, both shown
+    dbg.force_button.click()
+    dbg.wait()
+    assert dbg.error is None and dbg.text() == "dog has"
+    assert dbg.run.pending_forced == ()  # nothing left queued for later steps or forks
+    assert dbg.history().forced.tolist() == [True, True]
+    assert dbg.history().token.tolist() == ["dog", "has"]
+    view = dbg.text_view.value
+    assert view.count("genlab-token") == 2 and "dog" in view and "has" in view
+    dbg.rewind(1)
+    dbg.step()
+    assert dbg.text() == "dog has"  # no leftover forced token after a rewind
+    other = dbg.fork()
+    assert other.pending_forced == ()
+
+
+def test_debugger_typed_quoted_text_keeps_its_space_and_bad_quotes_are_shown(classic):
+    dbg = StepDebugger(classic, "The")
+    dbg.step()
+    dbg.token_box.value = "'cat"  # an unclosed quote: shown, never raised
+    dbg.force_button.click()
+    dbg.wait()
+    assert dbg.error.startswith("ValueError: token: 'cat is not closed")
+    assert "genlab-error" in dbg.status.value and dbg.text() == "nice"
+    dbg.token_box.value = "'dog'"
+    dbg.force_button.click()
+    dbg.wait()
+    assert dbg.error is None and dbg.text() == "dog"
+
+
+def test_debugger_candidates_are_never_blank_and_never_impossible(classic):
+    dbg = StepDebugger(classic, "The", do_sample=True, top_k=2, seed=0)
+    dbg.step()
+    taken = int(dbg.run.sequences[0, -1])
+    assert dbg.candidates.value == taken  # preselected: the token taken at this step
+    assert len(dbg.candidates.options) == 2  # 'car' (p = 0 after top-k) is not offered
+    dbg.force(classic.tokenizer.convert_tokens_to_ids("car"))  # forced although p = 0
+    labels = [label for label, _ in dbg.candidates.options]
+    assert any(label.startswith("car") and "(taken)" in label for label in labels)
+    assert len(labels) == 3 and dbg.candidates.value == 7
+    dbg.force_button.click()  # "Take this token" with the preselected candidate
+    dbg.wait()
+    assert dbg.error is None and dbg.text() == "car"
+
+
+def test_debugger_step_on_a_finished_run_says_so(classic):
+    dbg = StepDebugger(classic, "The")
+    dbg.run_button.click()
+    dbg.wait()
+    assert dbg.run.finished and dbg.text() == "nice woman"
+    version = dbg.version
+    dbg.step_button.click()
+    dbg.wait()
+    assert "finished" in dbg.notice and "Rewind" in dbg.status.value
+    assert dbg.version == version and dbg.error is None
+
+
+def test_debugger_quick_clicks_are_drawn_once_they_pause(uniform):
+    dbg = StepDebugger(uniform, "a", max_new_tokens=40)
+    start = dbg.version
+    for _ in range(20):
+        dbg.step_button.click()
+    for _ in range(5):
+        dbg.rewind_button.click()
+    dbg.wait()
+    time.sleep(0.1)
+    assert dbg.run.step_index == 15
+    assert dbg.version - start < 25  # coalesced: not one drawing per click
+    assert dbg.text_view.value.count("genlab-token") == 15  # the view shows the last state
+    assert "step 15" in dbg.status.value
+
+
+def test_debugger_run_shows_progress(uniform):
+    slow = SlowModel(uniform.model, delay=0.03)
+    lm = genlab.LM(slow, uniform.tokenizer)
+    dbg = StepDebugger(lm, "a", max_new_tokens=12)
+    seen = []
+    dbg.status.observe(lambda c: seen.append(c["new"]), names="value")
+    dbg.run_to_end()
+    assert any("tokens/s" in s for s in seen) and dbg.run.finished
+
+
+def test_optional_number_checkbox_enables_its_slider():
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=8))
+    for name in ("min_new_tokens", "max_time", "min_p"):
+        control = panel.controls[name]
+        assert control.enabled.value is False and control.input.disabled
+        control.enabled.value = True
+        assert not control.input.disabled, name  # the slider can be moved now
+        assert getattr(panel.config, name) is not None
+        control.enabled.value = False
+        assert control.input.disabled and getattr(panel.config, name) is None
+
+
+@pytest.mark.parametrize("name,value", [("top_p", 0.0), ("temperature", 0.0)])
+def test_zero_top_p_and_temperature_are_refused_with_the_reason(name, value):
+    panel = ConfigPanel(GenerationConfig(do_sample=True, max_new_tokens=8))
+    before = getattr(panel.config, name)
+    panel.controls[name].input.value = value  # what dragging the slider to 0 does
+    assert getattr(panel.config, name) == before  # not silently changed to 0.01
+    assert f"`{name}`" in panel.errors[name] and "0.0" in panel.errors[name]
+    assert "genlab-error" in panel.controls[name].status.value
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [("top_k", "x"), ("temperature", "hot"), ("max_new_tokens", 2.5), ("do_sample", "x"),
+     ("bad_words_ids", 5), ("num_beams", None), ("top_p", float("nan"))],
+)  # fmt: skip
+def test_bad_values_set_from_code_are_shown_never_raised(name, value):
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=8))
+    before = getattr(panel.config, name)
+    assert panel.set(name, value) is False
+    assert name in panel.errors and getattr(panel.config, name) == before
+
+
+def test_bad_text_typed_in_a_token_field_is_shown(classic):
+    panel = ConfigPanel(tokenizer=classic.tokenizer)
+    panel.controls["bad_words_ids"].input.value = "'cat"  # SyntaxError before
+    assert "not closed" in panel.errors["bad_words_ids"]
+    assert panel.config.bad_words_ids is None
+
+
+def test_playground_beam_mode_has_no_none_cells(classic):
+    pg = Playground(classic, "The", num_beams=2)
+    assert "None" not in pg.table_view.value and "None" not in pg.text_view.value
+    assert not pg.table.isna().any().any()
+
+
+def test_playground_top_column_lists_only_possible_tokens(classic):
+    pg = Playground(classic, "The", do_sample=True, top_k=2)
+    assert "car" not in pg.table.top[0] and not any(" 0.000" in t for t in pg.table.top)
+
+
+def test_playground_sync_update_while_a_change_is_pending_runs_one_at_a_time(uniform):
+    slow = SlowModel(uniform.model, delay=0.02)
+    lm = genlab.LM(slow, uniform.tokenizer)
+    pg = Playground(lm, "a", do_sample=True, max_new_tokens=10, run=False, debounce=0.05)
+    pg.seed_box.value = 3  # schedules a generation in 0.05 s ...
+    pg.update(sync=True)  # ... while this one runs for 0.2 s
+    time.sleep(0.1)
+    pg.wait()
+    assert slow.max_active == 1
+    assert "seed 3" in pg.status.value
+
+
+def test_playground_streams_tokens_and_shows_progress(uniform):
+    slow = SlowModel(uniform.model, delay=0.03)
+    lm = genlab.LM(slow, uniform.tokenizer)
+    pg = Playground(lm, "a", do_sample=True, max_new_tokens=30, run=False)
+    views, statuses = [], []
+    pg.text_view.observe(lambda c: views.append(c["new"]), names="value")
+    pg.status.observe(lambda c: statuses.append(c["new"]), names="value")
+    pg.update(sync=True)
+    streamed = [v for v in views if "genlab-streaming" in v]
+    assert len(streamed) >= 3  # the text grew on screen while it was generated
+    assert any("tokens/s" in s for s in statuses)
+    assert len(pg.table) == 30 and "genlab-token" in pg.text_view.value
+
+
+def test_watermark_explorer_gives_one_z_score_over_the_generated_tokens(uniform):
+    wm = WatermarkExplorer(uniform, "a b c d", {"bias": 6.0}, max_new_tokens=20)
+    det = wm.detection.set_index("text")
+    z = det.loc["watermarked", "z_score"]
+    assert det.loc["watermarked", "num_tokens_scored"] == wm.colours.scored.sum()
+    assert z == pytest.approx(wm.colours.running_z[wm.colours.scored].iloc[-1])
+    shown_z = f"z = {z:.2f}"
+    assert shown_z in wm.status.value and shown_z in wm.text_view.value
+    import re
+
+    texts = wm.status.value + wm.text_view.value + wm.detection_view.value
+    zs = {m for m in re.findall(r"z = (-?\d+\.\d\d)", texts)}
+    base = f"{det.loc['not watermarked', 'z_score']:.2f}"
+    assert zs <= {f"{z:.2f}", base}  # one number per text, everywhere
+    assert bool(det.loc["watermarked", "prediction"]) == (z > 4.0)  # notebook 05's threshold
+
+
+def test_detector_can_score_only_the_generated_tokens():
+    from genlab.watermark import WatermarkDetector
+
+    det = WatermarkDetector({"vocab_size": 50, "bos_token_id": 0}, "cpu", {})
+    ids = torch.tensor([[0, 5, 6, 7, 8, 9, 10, 11]])
+    full = det(ids, return_dict=True)
+    part = det(ids, return_dict=True, score_from=5)
+    assert part.num_tokens_scored[0] == 3 < full.num_tokens_scored[0]
+    assert not part.scored_mask[0, :5].any()
+    with pytest.raises(ValueError, match="score_from"):
+        det(ids, score_from=-1)
+
+
+def test_panels_show_their_last_state_as_html_without_a_kernel(classic):
+    pg = Playground(classic, "The")
+    bundle = pg._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "application/vnd.jupyter.widget-view+json" in data  # live with a kernel
+    assert "woman" in data["text/html"] and "<table" in data["text/html"]
+    dbg = StepDebugger(classic, "The")
+    dbg.step()
+    html_text = dbg._repr_mimebundle_()["text/html"]
+    assert "nice" in html_text and "genlab-waterfall" in html_text
+    bx = BeamExplorer(classic, "The", num_beams=2)
+    assert "data:image/png;base64" in bx._repr_mimebundle_()["text/html"]
+    wm = WatermarkExplorer(classic, "The", max_new_tokens=3)
+    assert "z = " in wm._repr_mimebundle_()["text/html"]
+    cv = CompareView(classic, "The", {"greedy": {}, "no nice": {"bad_words_ids": [[5]]}})
+    assert ">has</span>" in cv._repr_mimebundle_()["text/html"]
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=8, do_sample=True))
+    assert "do_sample" in panel._repr_mimebundle_()["text/html"]
+
+
+def test_settings_group_headers_are_keyboard_buttons():
+    panel = ConfigPanel()
+    headers = panel.accordion.headers
+    assert len(headers) == len(panel.groups)
+    assert all(isinstance(h, widgets.Button) for h in headers)  # Tab reaches buttons
+    headers[1].click()
+    assert panel.accordion.selected_index == 1
+    assert panel.accordion.pages[1].layout.display is None
+    assert panel.accordion.pages[0].layout.display == "none"
+    headers[1].click()
+    assert panel.accordion.selected_index is None
+
+
+def test_figures_in_widgets_are_shown_at_native_size(classic):
+    from genlab.widgets.render import png_size
+
+    bx = BeamExplorer(classic, "The", num_beams=2)
+    width, height = png_size(bytes(bx.tree_image.value))
+    assert bx.tree_image.layout.width == f"{width}px"
+    assert bx.tree_image.layout.height == f"{height}px"
+
+
+def test_tables_print_large_and_infinite_numbers_readably():
+    import numpy as np
+    import pandas as pd
+
+    from genlab.widgets.render import frame_html
+
+    f32 = np.array([-1.0370433, 2.0, 3.5], dtype=np.float32)
+    text = frame_html(pd.DataFrame({"a": [-1e9, float("-inf"), 0.5], "b": [None, 1, 2], "c": f32}))
+    assert "-1.037" in text and "-1.0370433" not in text
+    assert "-1e+09" in text and "-inf" in text and "0.500" in text
+    assert "e+09" not in text.replace("-1e+09", "") and "None" not in text

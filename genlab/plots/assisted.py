@@ -17,6 +17,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .tokens import label
+
 ACCEPTED = "#2d9d5a"
 REJECTED = "#d1495b"
 BONUS = "#5b8bd1"
@@ -55,7 +57,8 @@ def acceptance_plot(table: pd.DataFrame, ax=None, figsize=(7, 3)) -> Figure:
     ax.set_title(f"{len(table)} iterations, acceptance rate {rate:.0%}")
     ax.set_xlabel("iteration")
     ax.set_ylabel("tokens")
-    ax.legend(loc="upper right", fontsize="small")
+    # outside the axes, so that it never covers a bar
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     return fig
 
 
@@ -79,9 +82,9 @@ def contrastive_plot(table: pd.DataFrame, step: int = 0, row: int = 0, ax=None,
             bar.set_edgecolor("black")
             bar.set_linewidth(2)
     labels = part["token"] if "token" in part.columns else part["token_id"]
-    ax.set_xticks(list(x), [str(t) for t in labels])
+    ax.set_xticks(list(x), [label(t) if "token" in part.columns else str(t) for t in labels])
     ax.axhline(0, color="grey", linewidth=0.5)
     ax.set_title(f"contrastive search, step {step}")
     ax.set_xlabel("candidate")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig

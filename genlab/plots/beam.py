@@ -6,8 +6,9 @@ hypotheses green boxes (dashed when the pool refused them), pruned candidates gr
 candidates lost to the diversity penalty purple and to the constraints red; the returned
 sequences are drawn as thick orange paths; tokens a constraint proposed are in italics.
 The legend lists only what is drawn and wraps to the figure's width.
-Each box shows the token and, below it, the
-length-normalised score (``score=`` picks another column of the node table).
+Each box shows the token and, below it, the length-normalised score (``score=`` picks
+another column of the node table); the figure says which. A long search wraps into
+bands of steps, so that the figure stays 10 inches wide and its text readable.
 
 Built from ``trace.beam_tree()``; works for beam search, beam sampling, group and
 constrained beam search. Returns a ``Figure`` and never calls ``plt.show()``.
@@ -21,10 +22,14 @@ Example::
 
 from __future__ import annotations
 
+import textwrap
+
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
+
+from .tokens import label
 
 __all__ = ["beam_tree", "STYLE"]
 
@@ -40,9 +45,39 @@ STYLE = {
 RETURNED = "#dd6b20"
 
 
-def _short(tok: str, n: int) -> str:
-    tok = tok.replace("\n", "\\n").replace("$", r"\$")
-    return tok if len(tok) <= n else tok[: n - 1] + "…"
+#: light backgrounds of the beam groups of a diverse (group) beam search
+GROUP_SHADES = ["#fff3bf", "#d3f9d8", "#e5dbff", "#ffe3e3", "#c5f6fa", "#ffd8a8", "#eebefa",
+                "#dee2e6"]  # fmt: skip
+#: the label of an end-of-sequence token
+EOS_LABEL = "\u27e8eos\u27e9"
+#: font size of the boxes' text (points; 11 px at 100 dpi)
+NODE_FONT = 8.0
+#: widest figure, inches (1000 px at 100 dpi)
+MAX_WIDTH = 10.0
+
+SCORE_NOTES = {
+    "normalized_score": "number in each box = the beam's score: sum of its tokens' log-probs "
+    "/ (generated length ** length_penalty){lp}; higher is better",
+    "score": "number in each box = sum of the log-probs of the beam's tokens so far",
+    "token_logprob": "number in each box = log-prob of that token given its beam",
+}
+
+
+def _eos_ids(trace) -> set[int]:
+    run = getattr(trace, "run", None)
+    config = getattr(run, "gen_config", None) if run is not None else None
+    eos = getattr(config, "eos_token_id", None)
+    if eos is None:
+        return set()
+    if isinstance(eos, int):
+        return {eos}
+    return {int(e) for e in (eos.tolist() if hasattr(eos, "tolist") else eos)}
+
+
+def _node_label(token, token_id: int, eos: set[int], max_chars: int) -> str:
+    if int(token_id) in eos:
+        return EOS_LABEL
+    return label(token, max_chars)
 
 
 def beam_tree(
@@ -52,10 +87,11 @@ def beam_tree(
     steps: tuple[int, int] | None = None,
     pruned: bool = True,
     score: str = "normalized_score",
-    max_chars: int = 8,
+    max_chars: int = 9,
     decimals: int = 2,
-    step_width: float = 1.05,
-    row_height: float = 0.42,
+    step_width: float = 1.1,
+    row_height: float = 0.36,
+    steps_per_row: int | None = None,
     title: str | None = None,
 ) -> Figure:
     """Draw the beam tree of one input of a traced beam search.
@@ -65,12 +101,18 @@ def beam_tree(
     steps: ``(first, last)`` steps to draw (inclusive), default all;
     pruned: also draw the pruned candidates (grey);
     score: node-table column printed under each token (``normalized_score``, ``score``
-        or ``token_logprob``);
+        or ``token_logprob``); the figure says what it is;
     max_chars: tokens longer than this are cut with "…";
     decimals: digits of the printed scores;
-    step_width / row_height: inches per step column / per candidate row.
+    step_width / row_height: inches per step column / per candidate row;
+    steps_per_row: steps drawn side by side before the tree wraps onto the next band
+        (default: as many as fit in 10 inches, balanced between the bands).
 
-    Size checked legible: 8 beams x 30 steps (16 candidates a step), about 33 x 8 inches.
+    Long searches wrap into bands of steps, top to bottom: each band starts with the
+    beams it continues (grey), so every edge is drawn. The figure is at most 10 inches
+    wide and its text at least 8 points (11 px at 100 dpi); checked at 30 steps x 8
+    beams. End-of-sequence tokens read ⟨eos⟩; in a group (diverse) beam search each
+    candidate sits on its group's shade.
 
     title: the figure title (default: the input and the step range).
 
@@ -85,55 +127,87 @@ def beam_tree(
     first, last = steps if steps is not None else (int(tree.step.min()), int(tree.step.max()))
     if first > last:
         raise ValueError(f"steps must be (first, last) with first <= last, got {steps!r}")
-    shown = tree[(tree.step >= first) & (tree.step <= last)]
+    shown = tree[(tree.step >= first - 1) & (tree.step <= last)]
     if not pruned:
         shown = shown[shown.fate != "pruned"]
     shown = _with_rows(shown)
-    n_rows = int(shown.y.max()) + 1 if len(shown) else 1
     n_steps = last - first + 1
-    handles = _legend(shown)
-    width = max(6.5, step_width * (n_steps + 1) + 0.8)
+    fit = max(1, int((MAX_WIDTH - 1.4) // step_width))
+    per_row = steps_per_row or fit
+    bands = -(-n_steps // per_row)
+    per_row = -(-n_steps // bands)  # balance: 12 steps -> 6 + 6, not 8 + 4
+    eos = _eos_ids(trace)
+    groups = sorted(set(shown.group)) if "group" in shown else [0]
+    handles = _legend(shown[shown.step >= first], grouped=len(groups) > 1, groups=groups)
+    width = min(MAX_WIDTH, step_width * (per_row + 1) + 1.0)
     ncol = _legend_columns(handles, width)
     legend_rows = -(-len(handles) // ncol)
-    height = max(3.0 + 0.2 * legend_rows, row_height * n_rows + 1.4 + 0.2 * legend_rows)
-    fig = Figure(figsize=(width, height), layout="constrained")
-    ax = fig.add_subplot()
-    where = {int(r.node): (int(r.step), float(r.y)) for r in shown.itertuples() if r.node >= 0}
-    root_y = _root_y(shown, first)
-    _draw_edges(ax, shown, where, first, root_y)
-    _draw_nodes(ax, shown, score, max_chars, decimals)
-    ax.text(
-        first - 1,
-        root_y,
-        "prompt",
-        ha="center",
-        va="center",
-        fontsize=8,
-        bbox={"boxstyle": "round,pad=0.3", "fc": "#f2f2f2", "ec": "#888888"},
-    )
-    ax.set_xlim(first - 1.6, last + 0.6)
-    ax.set_ylim(n_rows - 0.4, -0.9)
-    ax.set_xticks(range(first, last + 1))
-    ax.set_xlabel("step (generated token)")
-    ax.set_yticks([])
-    ax.set_ylabel("candidates, best score at the top")
-    for side in ("left", "right", "top"):
-        ax.spines[side].set_visible(False)
-    ax.legend(
+    band_rows = []
+    for b in range(bands):
+        a, z = first + b * per_row, min(last, first + (b + 1) * per_row - 1)
+        col = shown[(shown.step >= a) & (shown.step <= z)]
+        band_rows.append(int(col.y.max()) + 1 if len(col) else 1)
+    heights = [row_height * n + 0.75 for n in band_rows]
+    extra = 0.95 + 0.22 * legend_rows
+    fig = Figure(figsize=(width, sum(heights) + extra), layout="constrained")
+    axes = fig.subplots(bands, 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    lp = getattr(getattr(getattr(trace, "run", None), "gen_config", None), "length_penalty", None)
+    for b, ax in enumerate(axes):
+        a, z = first + b * per_row, min(last, first + (b + 1) * per_row - 1)
+        _draw_band(ax, shown, a, z, first, band_rows[b], score, max_chars, decimals, eos,
+                   groups, per_row)  # fmt: skip
+    axes[0].legend(
         handles=handles,
         loc="lower left",
         bbox_to_anchor=(0.0, 1.0),
         ncol=ncol,
-        fontsize=8,
+        fontsize=NODE_FONT + 0.5,
         frameon=False,
     )
+    note = SCORE_NOTES.get(score, f"number in each box = {score.replace('_', ' ')}")
+    note = note.format(lp=f", length_penalty = {lp:g}" if isinstance(lp, (int, float)) else "")
+    note = textwrap.fill(note, int(width * 12))
+    axes[-1].set_xlabel(
+        "step (generated token); candidates of a step ranked top to bottom, beams first\n" + note,
+        fontsize=NODE_FONT + 1,
+    )
     fig.suptitle(
-        title or f"Beam tree, input {batch} ({score.replace('_', ' ')} under each token)",
-        fontsize=10,
+        title or f"Beam tree, input {batch}" + (f" (steps {first}-{last})" if bands > 1 else ""),
+        fontsize=11,
         x=0.01,
         ha="left",
     )
     return fig
+
+
+def _draw_band(ax, shown, a, z, first, n_rows, score, max_chars, decimals, eos, groups,
+               per_row) -> None:  # fmt: skip
+    """Steps ``a..z`` in one band of the figure; step ``a - 1`` is drawn as grey context
+    (or the prompt box when ``a`` is the first step)."""
+    band = shown[(shown.step >= a) & (shown.step <= z)]
+    where = {int(r.node): (int(r.step), float(r.y)) for r in band.itertuples() if r.node >= 0}
+    root_y = _root_y(band, a)
+    context = shown[(shown.step == a - 1) & shown.fate.isin(["kept"])] if a > first else None
+    if a == first:
+        box = {"boxstyle": "round,pad=0.3", "fc": "#f2f2f2", "ec": "#888888"}
+        ax.text(a - 1, root_y, "prompt", ha="center", va="center", fontsize=NODE_FONT,
+                zorder=4, bbox=box)  # fmt: skip
+    elif context is not None:
+        for r in context.itertuples():
+            where[int(r.node)] = (a - 1, float(r.y))
+            ax.text(a - 1, r.y, _node_label(r.token, r.token_id, eos, max_chars), ha="center",
+                    va="center", fontsize=NODE_FONT, color="#777777", zorder=4,
+                    bbox={"boxstyle": "round,pad=0.22", "fc": "#f4f4f4", "ec": "#bbbbbb",
+                          "ls": ":"})  # fmt: skip
+    _draw_edges(ax, band, where, a, root_y)
+    _draw_nodes(ax, band, score, max_chars, decimals, eos, groups)
+    ax.set_xlim(a - 1.6, a + per_row - 0.4)
+    ax.set_ylim(n_rows - 0.4, -0.7)
+    ax.set_xticks(range(a, z + 1))
+    ax.tick_params(axis="x", labelsize=NODE_FONT + 1)
+    ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
 
 
 def _with_rows(shown: pd.DataFrame) -> pd.DataFrame:
@@ -155,55 +229,56 @@ def _root_y(shown: pd.DataFrame, first: int) -> float:
 
 
 def _draw_edges(ax, shown, where, first, root_y) -> None:
+    """Centre to centre, under the boxes (which are opaque): each edge ends where its
+    boxes begin, whatever their width."""
     order = {"pruned": 0, "diversity": 0, "constraint": 0, "rejected": 1, "kept": 2, "finished": 2}
     for r in sorted(shown.itertuples(), key=lambda r: (order[r.fate], r.returned)):
         parent = where.get(int(r.parent_node))
         if parent is None:
-            if int(r.step) != first:
+            if int(r.step) != first or int(r.parent_node) >= 0:
                 continue  # its parent is outside the drawn steps or was not drawn
             parent = (first - 1, root_y)
         x0, y0 = parent
         style = STYLE[r.fate]
-        colour, width, z = style["line"], 0.6, 1
+        colour, width, z = style["line"], 0.7, 1
         if r.fate in ("kept", "finished"):
-            width, z = 1.0, 2
+            width, z = 1.1, 2
         if r.returned:
             colour, width, z = RETURNED, 2.6, 3
-        ax.plot(
-            [x0 + 0.32, r.step - 0.34],
-            [y0, r.y],
-            color=colour,
-            lw=width,
-            zorder=z,
-            solid_capstyle="round",
-        )
+        ax.plot([x0, r.step], [y0, r.y], color=colour, lw=width, zorder=z,
+                solid_capstyle="butt")  # fmt: skip
 
 
-def _draw_nodes(ax, shown, score, max_chars, decimals) -> None:
+def _draw_nodes(ax, shown, score, max_chars, decimals, eos, groups) -> None:
+    shade = {g: GROUP_SHADES[i % len(GROUP_SHADES)] for i, g in enumerate(groups)}
     for r in shown.itertuples():
         style = STYLE[r.fate]
-        text = _short(str(r.token), max_chars)
-        boxed = r.fate not in ("pruned",)
+        text = _node_label(r.token, r.token_id, eos, max_chars)
+        boxed = r.fate != "pruned"
         value = getattr(r, score)
-        label = f"{text}\n{value:.{decimals}f}" if boxed or r.returned else text
-        bbox = None
+        label_text = f"{text}\n{value:.{decimals}f}" if boxed or r.returned else text
         if boxed or r.returned:
             bbox = {
                 "boxstyle": "round,pad=0.22",
-                "fc": style["face"],
+                "fc": style["face"] if style["face"] != "none" else "white",
                 "ec": RETURNED if r.returned else style["edge"],
                 "lw": 2.0 if r.returned else 0.9,
                 "ls": "--" if r.fate in ("rejected", "diversity", "constraint") else "-",
             }
+        else:  # no frame, but opaque: the edge stops at the text
+            bbox = {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"}
+        if len(groups) > 1:
+            ax.add_patch(Rectangle((r.step - 0.48, r.y - 0.48), 0.96, 0.96, lw=0, zorder=0,
+                                   fc=shade[r.group]))  # fmt: skip
         weight = "bold" if r.returned or r.fate == "finished" else "normal"
         ax.text(
             r.step,
             r.y,
-            label,
+            label_text,
             ha="center",
             va="center",
             zorder=4,
-            fontsize=7 if boxed or r.returned else 6.5,
+            fontsize=NODE_FONT,
             color=style["text"],
             fontweight=weight,
             linespacing=0.95,
@@ -214,7 +289,7 @@ def _draw_nodes(ax, shown, score, max_chars, decimals) -> None:
 
 
 #: inches one legend entry takes (marker, gap and a label of up to ~22 characters at 8 pt)
-LEGEND_ENTRY_WIDTH = 1.75
+LEGEND_ENTRY_WIDTH = 1.9
 
 
 def _legend_columns(handles: list, width: float) -> int:
@@ -223,15 +298,22 @@ def _legend_columns(handles: list, width: float) -> int:
     return max(1, min(len(handles), fit))
 
 
-def _legend(shown: pd.DataFrame) -> list:
-    """Legend entries for the fates drawn (kept beams and the returned path always)."""
+def _legend(shown: pd.DataFrame, grouped: bool = False, groups=()) -> list:
+    """Legend entries for the fates drawn (kept beams and the returned path always), and
+    the group shades of a group beam search."""
     drawn = set(shown.fate) | {"kept"}
     if shown.returned.any():
         drawn.add("returned sequence")
     if (shown.source == "constraint").any():
         drawn.add("proposed by a constraint")
     handles = _all_legend()
-    return [h for h in handles if _LABEL_FATE.get(h.get_label(), h.get_label()) in drawn]
+    out = [h for h in handles if _LABEL_FATE.get(h.get_label(), h.get_label()) in drawn]
+    if grouped:
+        out += [
+            Patch(facecolor=GROUP_SHADES[i % len(GROUP_SHADES)], label=f"group {g}")
+            for i, g in enumerate(groups)
+        ]
+    return out
 
 
 _LABEL_FATE = {

@@ -1,5 +1,15 @@
 """Per-token figures: probability and entropy along the text, top-k bars, the waterfall of
-one step through the logits processors, and log-probs of several runs side by side."""
+one step through the logits processors, and log-probs of several runs side by side.
+
+Tokens are labelled as a person reads them (:func:`genlab.tokens.show_token`: decoded
+text, ␣ for a space at its edge, ↵ for a newline), never as tokenizer pieces. Candidates
+of probability 0 (removed by top-k, top-p, ...) are never drawn as candidates; the chosen
+(or forced) token always is, in orange.
+
+Every figure is at most :data:`MAX_WIDTH` inches wide and writes no text smaller than
+:data:`MIN_FONT` points, so that at the notebooks' 100 dpi every letter is at least 9 px
+tall in a 1000 px wide output.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +17,48 @@ from collections.abc import Sequence
 
 import matplotlib
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
 
+from ..tokens import show_token
 
-def _short(tok: str, n: int = 10) -> str:
-    tok = tok.replace("\n", "\\n")
-    return tok if len(tok) <= n else tok[: n - 1] + "…"
+#: widest figure, in inches (1000 px at 100 dpi: shown unscaled in a 1000 px output)
+MAX_WIDTH = 10.0
+#: smallest font size used, in points (9.7 px at 100 dpi)
+MIN_FONT = 7.0
+#: font size of tick labels and annotations
+SMALL = 9.0
+CHOSEN = "tab:orange"
+OTHER = "tab:gray"
+
+
+def label(token, n: int = 12) -> str:
+    """A token's text for a figure: :func:`~genlab.tokens.show_token`, cut to ``n``
+    characters with "…", with ``$`` escaped (matplotlib would read it as maths)."""
+    text = show_token(str(token))
+    if len(text) > n:
+        text = text[: n - 1] + "…"
+    return text.replace("$", r"\$")
+
+
+def stage_name(stage: str) -> str:
+    """A processor's class name without the LogitsProcessor / LogitsWarper suffix."""
+    for suffix in ("LogitsProcessor", "LogitsWarper", "Processor"):
+        if stage.endswith(suffix) and stage != suffix:
+            return stage[: -len(suffix)]
+    return stage
+
+
+def candidates(trace, step: int, row: int = 0, stage: str = "final", k: int = 10):
+    """The top ``k`` tokens of one stage still possible (probability > 0), best first, and
+    the chosen token even when it is not among them (it is then the last row)."""
+    t = trace.topk(step, row=row, stage=stage).sort_values("rank", kind="stable")
+    possible = t[t.prob > 0]
+    top = possible.head(k)
+    chosen = t[t.chosen]
+    if len(chosen) and not top.chosen.any():
+        top = pd.concat([top.head(max(0, k - 1)), chosen.head(1)])
+    return top.reset_index(drop=True)
 
 
 def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:
@@ -27,25 +73,58 @@ def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:
     """
     steps = trace.steps(row=row)
     n = len(steps)
-    fig = Figure(figsize=(width or max(6.0, min(0.35 * n + 2, 24)), 3.6), layout="constrained")
+    fig_w = min(width or max(6.0, 0.25 * n + 2), MAX_WIDTH)
+    fig = Figure(figsize=(fig_w, 3.8), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(n)
     colours = matplotlib.colormaps["RdYlGn"](steps.prob.to_numpy() if n else [])
     ax.bar(x, steps.prob if n else [], color=colours, edgecolor="0.3", linewidth=0.4)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("p(chosen token)")
-    ax.set_xticks(x, [_short(t) for t in steps.token] if n else [], rotation=70, fontsize=8)
+    every = max(1, -(-n // int((fig_w - 1.5) / 0.16))) if n else 1  # ~0.16 in per label
+    ticks = x[::every]
+    ax.set_xticks(ticks, [label(t, 10) for t in steps.token.iloc[::every]] if n else [])
+    ax.tick_params(axis="x", rotation=70, labelsize=SMALL)
     ax2 = ax.twinx()
     if n:
         ax2.plot(x, steps.entropy, color="tab:blue", marker=".", lw=1.2, label="entropy")
     ax2.set_ylabel("entropy (nats)", color="tab:blue")
     ax2.set_ylim(bottom=0)
-    ax.set_title("Chosen-token probability and entropy along the text")
+    ax.set_title("Chosen-token probability (bars) and entropy (line) along the text")
     return fig
 
 
+def _bars(ax, t: pd.DataFrame, xmax: float | None = None, rows: int | None = None) -> None:
+    """Horizontal probability bars of ``t`` (from :func:`candidates`), best at the top,
+    the chosen one orange with its label bold; each bar's probability printed."""
+    y = np.arange(len(t))[::-1]
+    probs = t.prob.to_numpy()
+    ax.barh(y, probs, color=[CHOSEN if c else OTHER for c in t.chosen])
+    ax.set_yticks(y, [label(s, 12) for s in t.token])
+    ax.tick_params(axis="y", labelsize=SMALL, length=0)
+    for tick, chosen in zip(ax.get_yticklabels(), t.chosen):
+        if chosen:
+            tick.set_color("#b35900")
+            tick.set_fontweight("bold")
+    top = float(probs.max()) if len(probs) else 1.0
+    xmax = xmax if xmax is not None else max(top * 1.45, 1e-3)
+    ax.set_xlim(0, xmax)
+    for yi, p, chosen in zip(y, probs, t.chosen):
+        ax.text(
+            p + 0.01 * xmax,
+            yi,
+            f"{p:.3f}" + (" ◀" if chosen else ""),
+            va="center",
+            fontsize=SMALL,
+            color="#b35900" if chosen else "0.2",
+        )
+    rows = max(rows or len(t), len(t), 1)  # a panel of 2 tokens keeps bars of normal height
+    ax.set_ylim(len(t) - rows - 0.5, len(t) - 0.5)
+
+
 def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10) -> Figure:
-    """The top-k candidates at one step (chosen one highlighted).
+    """The top-k candidates still possible at one step; the chosen one in orange (shown
+    even when it is outside the top k or was forced with probability 0).
 
     Args:
         trace: a recorded :class:`~genlab.trace.Trace`; step: which generation step;
@@ -54,49 +133,51 @@ def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10)
 
     >>> genlab.plots.topk_bars(res.trace, step=0, k=10)          # doctest: +SKIP
     """
-    t = trace.topk(step, row=row, stage=stage).sort_values("rank").head(k)
-    fig = Figure(figsize=(6, 0.32 * len(t) + 1.2), layout="constrained")
+    t = candidates(trace, step, row=row, stage=stage, k=k)
+    fig = Figure(figsize=(6.5, 0.34 * len(t) + 1.3), layout="constrained")
     ax = fig.add_subplot()
-    y = np.arange(len(t))[::-1]
-    colours = ["tab:orange" if c else "tab:gray" for c in t.chosen]
-    ax.barh(y, t.prob, color=colours)
-    ax.set_yticks(y, [repr(_short(s, 16)) for s in t.token], fontsize=8)
+    _bars(ax, t)
     ax.set_xlabel("probability")
-    for yi, p in zip(y, t.prob):
-        ax.text(p, yi, f" {p:.3f}", va="center", fontsize=7)
-    ax.set_title(f"step {step}, {stage}: top {len(t)} (orange = chosen)")
+    ax.set_title(f"Step {step}, {stage_name(stage)}: top {len(t)} (orange = chosen)")
     return fig
 
 
-def waterfall(trace, step: int, row: int = 0, k: int = 8) -> Figure:
-    """One panel per stage (raw, each processor, final): top-k probabilities after it.
+def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 3) -> Figure:
+    """One panel per stage (raw, each processor, final): the tokens still possible after
+    it, with their probabilities printed; each panel has its own scale, the chosen token
+    is orange. Panels wrap into rows of ``columns`` so that 7 stages stay readable.
 
     Args:
         trace: a recorded :class:`~genlab.trace.Trace`; step: which generation step;
-        row: which sequence; k: tokens per panel.
+        row: which sequence; k: tokens per panel; columns: panels per row.
 
     >>> res = lm.generate("Once upon a time", do_sample=True, top_k=20, temperature=0.7,
     ...                   max_new_tokens=5, trace=True, seed=0)
     >>> genlab.plots.waterfall(res.trace, step=0)                # doctest: +SKIP
     """
     stages = trace.stages()
-    fig = Figure(figsize=(2.4 * len(stages) + 0.6, 0.3 * k + 1.6), layout="constrained")
-    axes = fig.subplots(1, len(stages), sharex=True)
-    axes = np.atleast_1d(axes)
     summary = trace.stage_summary(step, row=row).set_index("stage")
-    for ax, stage in zip(axes, stages):
-        t = trace.topk(step, row=row, stage=stage).sort_values("rank").head(k)
-        y = np.arange(len(t))[::-1]
-        ax.barh(y, t.prob, color=["tab:orange" if c else "tab:gray" for c in t.chosen])
-        ax.set_yticks(y, [repr(_short(s, 10)) for s in t.token], fontsize=7)
-        kept = summary.loc[stage, "tokens_kept"] if stage in summary.index else "?"
-        ax.set_title(
-            f"{_short(stage.replace('LogitsWarper', '').replace('LogitsProcessor', ''), 14)}"
-            f"\n{kept} tokens left",
-            fontsize=8,
-        )
-        ax.set_xlim(0, 1)
-    fig.suptitle(f"Step {step}: the distribution after each stage", fontsize=10)
+    n = max(1, len(stages))
+    ncols = max(1, min(columns, n))
+    nrows = -(-n // ncols)
+    panel_h = 0.3 * (k + 1) + 0.8
+    fig = Figure(figsize=(min(MAX_WIDTH, 3.3 * ncols + 0.3), panel_h * nrows + 0.5),
+                 layout="constrained")  # fmt: skip
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    for i, (ax, stage) in enumerate(zip(axes, stages)):
+        t = candidates(trace, step, row=row, stage=stage, k=k)
+        _bars(ax, t, rows=k)
+        kept = int(summary.loc[stage, "tokens_kept"]) if stage in summary.index else None
+        left = f"{kept:,} tokens possible" if kept is not None else ""
+        ax.set_title(f"{i}. {stage_name(stage)}\n{left}", fontsize=10, loc="left")
+        ax.tick_params(axis="x", labelsize=SMALL)
+        ax.spines[["top", "right"]].set_visible(False)
+    for ax in axes[len(stages) :]:
+        ax.set_axis_off()
+    fig.suptitle(
+        f"Step {step}: the distribution after each stage (own scale per panel; orange ◀ = chosen)",
+        fontsize=11,
+    )
     return fig
 
 
@@ -113,22 +194,20 @@ def compare_logprobs(results: Sequence, labels: Sequence[str] | None = None) -> 
     >>> genlab.plots.compare_logprobs([a, b], ["greedy", "sampled"])   # doctest: +SKIP
     """
     labels = list(labels or [f"run {i}" for i in range(len(results))])
-    fig = Figure(figsize=(8, 3.4), layout="constrained")
+    fig = Figure(figsize=(8.5, 3.4), layout="constrained")
     ax = fig.add_subplot()
     seqs = []
-    for res, label in zip(results, labels):
+    for res, name in zip(results, labels):
         table = res.transition_scores()
-        ax.plot(table.step, table.logprob, marker=".", lw=1.2, label=label)
+        ax.plot(table.step, table.logprob, marker=".", lw=1.2, label=name)
         seqs.append(table.token_id.tolist())
     diverge = first_divergence(seqs)
     if diverge is not None:
-        ax.axvline(diverge, color="red", ls="--", lw=1)
-        ax.text(
-            diverge, ax.get_ylim()[0], f" diverge @ {diverge}", color="red", fontsize=8, va="bottom"
-        )
+        ax.axvline(diverge, color="red", ls="--", lw=1, label=f"first difference @ {diverge}")
     ax.set_xlabel("generated token")
     ax.set_ylabel("log-prob")
-    ax.legend(fontsize=8)
+    # outside the axes, so that it never covers a curve
+    ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 
 

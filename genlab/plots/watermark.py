@@ -20,6 +20,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from .tokens import MAX_WIDTH, label
+
 GREEN = "#2d9d5a"
 RED = "#d1495b"
 GREY = "#b0b0b0"
@@ -43,9 +45,8 @@ def _require(table: pd.DataFrame, columns: list[str], made_by: str):
 
 
 def _visible(token: str) -> str:
-    """Token text with invisible characters made visible (newline, tab, empty)."""
-    text = str(token).replace("\n", "\u21b5").replace("\t", "\u2192").replace("$", r"\$")
-    return text if text else "\u2205"
+    """Token text as :func:`genlab.tokens.show_token` shows it, ``$`` escaped."""
+    return label(token, 40)
 
 
 def _kind(scored: bool, green: bool) -> str:
@@ -167,7 +168,9 @@ def running_z(
         Patch(color=RED, label="red token"),
         ax.get_legend_handles_labels()[0][0],
     ]
-    ax.legend(handles=handles, loc="upper left", frameon=False, fontsize="small")
+    # outside the axes, so that it never covers a point
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+              fontsize="small")  # fmt: skip
     return fig
 
 
@@ -207,7 +210,8 @@ def greenlist_bars(
         Patch(facecolor=LIGHT["red"], edgecolor=RED, label="red, before"),
         Patch(color=RED, label="red, after"),
     ]
-    ax.legend(handles=handles, frameon=False, fontsize="small", ncols=2)
+    ax.legend(handles=handles, frameon=False, fontsize="small", loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))  # fmt: skip
     return fig
 
 
@@ -237,13 +241,15 @@ def synthid_gvalues_heatmap(
     grid = part.pivot(index="depth", columns="position", values="g_value")  # (depth, pos)
     scored = part.groupby("position").scored.first().reindex(grid.columns).to_numpy()
     labels = part.groupby("position").token.first().reindex(grid.columns)
-    fig, ax = _axes(ax, (max(5.0, 0.32 * grid.shape[1] + 2.0), 1.4 + 0.3 * grid.shape[0]))
+    fig, ax = _axes(
+        ax, (min(MAX_WIDTH, max(5.0, 0.32 * grid.shape[1] + 2.0)), 1.6 + 0.3 * grid.shape[0])
+    )
     cmap = ListedColormap(["#f0f0f0", "#5b3fa8"])
     ax.imshow(grid.to_numpy(), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="none")
     for i in np.flatnonzero(~scored.astype(bool)):
         ax.axvspan(i - 0.5, i + 0.5, color="white", alpha=0.65, linewidth=0)
     positions = list(grid.columns)
-    step = max(1, len(positions) // 40)
+    step = max(1, -(-len(positions) // 40))
     ticks = range(0, len(positions), step)
     ax.set_xticks(
         list(ticks), [_visible(labels.iloc[i]) for i in ticks], rotation=60, ha="right", fontsize=8

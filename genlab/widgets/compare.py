@@ -20,10 +20,10 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..config import GenerationConfig
-from .config_panel import ConfigPanel
+from .config_panel import FOCUS_CSS, ConfigPanel
 from .live import LiveView, initial_config, start_run
-from .playground import result_html, token_table
-from .render import figure_png, frame_html, prob_legend, text_block
+from .playground import result_html, token_table, with_static_html
+from .render import frame_html, png_html, prob_legend, show_figure, text_block
 from .worker import Job
 
 
@@ -105,6 +105,7 @@ class CompareView(LiveView):
             self.panels[label], self.text_views[label] = panel, view
         self._init_prompt_inputs(prompt, chat, seed)
         self.plot_image = widgets.Image(format="png")
+        self.plot_png = b""
         self.summary_view = widgets.HTML()
         title = widgets.HTML(f"<b>genlab compare</b> &middot; {html.escape(str(lm.name))}")
         super().__init__(
@@ -116,10 +117,14 @@ class CompareView(LiveView):
                 widgets.HTML(prob_legend()),
                 widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")),
                 self.summary_view,
-                self.plot_image,
+                widgets.Box(
+                    [self.plot_image], layout=widgets.Layout(overflow="auto", max_width="100%")
+                ),
             ]
         )
+        self.children = (widgets.HTML(FOCUS_CSS), *self.children)
         self.add_class("genlab-compare")
+        self.add_class("genlab-panel")
         if run:
             self.update(sync=True)
 
@@ -129,6 +134,24 @@ class CompareView(LiveView):
 
     def __repr__(self) -> str:
         return f"CompareView(lm={self.lm.name!r}, configs={list(self.panels)})"
+
+    def static_html(self) -> str:
+        """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
+        columns = "".join(
+            f'<div style="flex:1 1 0;min-width:260px;margin:0 6px"><b>{html.escape(label)}</b>'
+            f"{view.value}</div>"
+            for label, view in self.text_views.items()
+        )
+        return (
+            '<div class="genlab-static">'
+            f"<b>genlab compare</b> &middot; {html.escape(str(self.lm.name))}"
+            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
+            f'{prob_legend()}<div style="display:flex;flex-wrap:wrap">{columns}</div>'
+            f"{self.summary_view.value}{png_html(self.plot_png, 'log-probs')}</div>"
+        )
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job) -> dict[str, Any]:
@@ -174,5 +197,5 @@ class CompareView(LiveView):
         )
         self.summary_view.value = f"<div>{where}</div>" + frame_html(pd.DataFrame(rows))
         fig = compare_logprobs(list(results.values()), labels=list(results))
-        self.plot_image.value = figure_png(fig)
+        self.plot_png = show_figure(self.plot_image, fig)
         self.status.value = ""

@@ -68,6 +68,63 @@ def validate_quietly(config: GenerationConfig, vocab_size: int | None = None):
     return getattr(mode, "value", str(mode)), [str(w.message) for w in caught]
 
 
+def _reason(name: str, value: Any, err: Exception) -> str:
+    """The text shown for a refused value: the error's message, naming the field."""
+    text = str(err) or type(err).__name__
+    if f"`{name}`" not in text and name not in text:
+        text = f"`{name}` = {value!r} is not accepted: {text}"
+    return text
+
+
+#: keyboard focus made visible on every control of the panels (an HTML widget's <style>)
+FOCUS_CSS = """<style>
+.genlab-panel :focus-visible, .genlab-panel .genlab-section-header:focus {
+  outline: 2px solid #1a73e8 !important; outline-offset: 1px; }
+.genlab-panel .genlab-section-header { text-align: left; font-weight: bold; }
+</style>"""
+
+
+class Sections(widgets.VBox):
+    """Foldable groups whose headers are buttons: reachable with Tab, opened and closed
+    with Enter or Space, with a visible focus ring (an Accordion's headers are not
+    keyboard-reachable in JupyterLab). ``titles``, ``pages`` and ``selected_index`` (the
+    open group, None for none) as an Accordion has them."""
+
+    def __init__(self, pages: list[widgets.Widget], titles: list[str]) -> None:
+        self.titles = tuple(titles)
+        self.pages = list(pages)
+        self.headers = []
+        self._open: int | None = None
+        rows = []
+        for i, (title, page) in enumerate(zip(self.titles, self.pages)):
+            header = widgets.Button(
+                description=f"\u25b8 {title}",
+                tooltip=f"show or hide {title}",
+                layout=widgets.Layout(width="auto", min_width="260px"),
+            )
+            header.add_class("genlab-section-header")
+            header.on_click(lambda _, i=i: self.toggle(i))
+            page.layout.display = "none"
+            self.headers.append(header)
+            rows += [header, page]
+        super().__init__(rows)
+
+    @property
+    def selected_index(self) -> int | None:
+        return self._open
+
+    @selected_index.setter
+    def selected_index(self, index: int | None) -> None:
+        self._open = index
+        for i, (title, header, page) in enumerate(zip(self.titles, self.headers, self.pages)):
+            shown = i == index
+            page.layout.display = None if shown else "none"
+            header.description = ("\u25be " if shown else "\u25b8 ") + title
+
+    def toggle(self, index: int) -> None:
+        self.selected_index = None if self._open == index else index
+
+
 def group_fields(groups=GROUPS) -> dict[str, list[str]]:
     """Field names by group, groups in the reference's order (unknown groups last)."""
     out: dict[str, list[str]] = {g: [] for g in groups}
@@ -109,6 +166,7 @@ class ConfigPanel(widgets.VBox):
         self.initial = copy.deepcopy(self.config)
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
+        self.title = title
         self.errors: dict[str, str] = {}
         self.notes: list[str] = []
         self._listeners: list[Callable[[ConfigPanel, list[str]], None]] = []
@@ -128,7 +186,7 @@ class ConfigPanel(widgets.VBox):
                 boxes.append(control.box)
             pages.append(widgets.VBox(boxes))
         titles = [GROUP_TITLES.get(g, g.replace("_", " ").capitalize()) for g in self.groups]
-        self.accordion = widgets.Accordion(children=pages, titles=titles)
+        self.accordion = Sections(pages, titles)
         if open_group in self.groups:
             self.accordion.selected_index = list(self.groups).index(open_group)
 
@@ -161,8 +219,9 @@ class ConfigPanel(widgets.VBox):
             ]
         )
         files = widgets.HBox([self.path, self.load_button, self.save_button, self.file_status])
-        super().__init__([header, self.accordion, self.notes_label, files])
+        super().__init__([widgets.HTML(FOCUS_CSS), header, self.accordion, self.notes_label, files])
         self.add_class("genlab-config-panel")
+        self.add_class("genlab-panel")
         self._show_mode()
 
     # -- public --------------------------------------------------------------------------
@@ -180,7 +239,11 @@ class ConfigPanel(widgets.VBox):
             raise ValueError(
                 f"unknown config field {name!r}; fields are listed in genlab.config.FIELDS"
             )
-        self._sync(lambda: self.controls[name].show(value))
+        try:
+            self._sync(lambda: self.controls[name].show(value))
+        except Exception as err:  # a value of the wrong type: shown, never raised
+            self._reject(name, _reason(name, value, err))
+            return False
         return self._apply({name: value})
 
     def apply_preset(self, name: str) -> None:
@@ -264,6 +327,31 @@ class ConfigPanel(widgets.VBox):
     def __repr__(self) -> str:
         return f"ConfigPanel(mode={self.mode!r}, {self.config!r})"
 
+    def static_html(self) -> str:
+        """The panel's state as plain HTML: the mode and every setting that differs from
+        the defaults (what a notebook shows without a kernel)."""
+        default = GenerationConfig()
+        rows = "".join(
+            f"<tr><td>{html.escape(name)}</td><td>{html.escape(repr(getattr(self.config, name)))}"
+            "</td></tr>"
+            for name in FIELDS
+            if getattr(self.config, name, None) != getattr(default, name, None)
+        )
+        errors = "".join(message(f"{k}: {v}", "error") for k, v in self.errors.items())
+        return (
+            f'<div class="genlab-static"><b>{html.escape(self.title)}</b> &middot; mode '
+            f"<b>{html.escape(self.mode)}</b>"
+            f'<table class="genlab-table"><tr><th>setting</th><th>value</th></tr>{rows}</table>'
+            f"{errors}</div>"
+        )
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        data = dict(data or {})
+        data["text/html"] = self.static_html()
+        return (data, meta) if meta else data
+
     # -- internals -------------------------------------------------------------------------
     def _sync(self, fn) -> None:
         self._syncing = True
@@ -279,8 +367,8 @@ class ConfigPanel(widgets.VBox):
             control = self.controls[name]
             try:
                 value = control.read()
-            except ValueError as err:
-                self._reject(name, str(err))
+            except Exception as err:  # shown next to the field, never raised
+                self._reject(name, _reason(name, None, err))
                 return
             self._apply({name: value})
 
@@ -292,9 +380,9 @@ class ConfigPanel(widgets.VBox):
             setattr(trial, key, copy.deepcopy(value))
         try:
             _, notes = validate_quietly(trial, self.vocab_size)
-        except ValueError as err:
+        except Exception as err:  # ValueError, or TypeError of a value of the wrong type
             for key in changes:
-                self._reject(key, str(err))
+                self._reject(key, _reason(key, changes[key], err))
             return False
         for key in changes:
             setattr(self.config, key, getattr(trial, key))

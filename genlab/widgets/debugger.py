@@ -15,7 +15,10 @@ history table lists every step so far.
 
 from __future__ import annotations
 
+import ast
 import html
+import threading
+import time
 import warnings
 from typing import Any
 
@@ -24,10 +27,23 @@ import pandas as pd
 
 from ..config import GenerationConfig
 from ..engine import Run
+from ..plots.tokens import candidates, stage_name
+from ..tokens import show_token
 from ..trace import Tracer
-from .config_panel import WARNINGS_LOCK, ConfigPanel
+from .config_panel import FOCUS_CSS, WARNINGS_LOCK, ConfigPanel
 from .live import initial_config
-from .render import figure_png, frame_html, message, prob_legend, text_block, token_spans
+from .playground import with_static_html
+from .render import (
+    frame_html,
+    message,
+    png_html,
+    prob_legend,
+    prob_text,
+    show_figure,
+    steps_table,
+    text_block,
+    token_spans,
+)
 
 
 def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
@@ -36,8 +52,7 @@ def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
     summary = trace.stage_summary(step, row=row)
     out = []
     for stage in summary.itertuples(index=False):
-        top = trace.topk(step, row=row, stage=stage.stage).sort_values("rank")
-        top = top[top.prob > 0].head(k)  # tokens this stage removed are not "top"
+        top = candidates(trace, step, row=row, stage=stage.stage, k=k)  # p > 0, + chosen
         out.append(
             {
                 "stage": stage.stage,
@@ -45,10 +60,66 @@ def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
                 "removed_tokens": stage.removed_tokens,
                 "removed_mass": stage.removed_mass,
                 "raw_mass_kept": stage.raw_mass_kept,
-                "top": ", ".join(f"{t!r} {p:.3f}" for t, p in zip(top.token, top.prob)),
+                "top": ", ".join(f"{show_token(t)} {p:.3f}" for t, p in zip(top.token, top.prob)),
             }
         )
     return pd.DataFrame(out)
+
+
+def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
+    """The waterfall of one step as an HTML table (fast to draw, readable at any width):
+    one row per stage with its full name, the tokens still possible, the probability
+    mass it removed, and the top ``k`` tokens still possible after it, each with a bar of
+    its probability; the chosen token in orange (shown even outside the top k)."""
+    summary = trace.stage_summary(step, row=row)
+    rows = []
+    for i, st in enumerate(summary.itertuples(index=False)):
+        top = candidates(trace, step, row=row, stage=st.stage, k=k)
+        cells = []
+        for tok, p, chosen in zip(top.token, top.prob, top.chosen):
+            colour = "#f28e2b" if chosen else "#9aa5b1"
+            weight = "font-weight:bold;color:#8a4500;" if chosen else ""
+            cells.append(
+                f'<td style="padding:1px 6px;white-space:nowrap;{weight}" title="{"chosen: " if chosen else ""}'
+                f'{html.escape(show_token(tok))} p={p:.4f}">'
+                f"{html.escape(show_token(tok))} {prob_text(p)}"
+                f'<div style="background:{colour};height:5px;width:{max(1, round(70 * p))}px">'
+                "</div></td>"
+            )
+        removed = "" if i == 0 else f"{st.removed_mass:.3f}"
+        rows.append(
+            f"<tr><td style='padding:1px 6px'><b>{html.escape(stage_name(st.stage))}</b></td>"
+            f"<td style='text-align:right;padding:1px 6px'>{st.tokens_kept:,}</td>"
+            f"<td style='text-align:right;padding:1px 6px'>{removed}</td>{''.join(cells)}</tr>"
+        )
+    head = (
+        "<tr><th>stage</th><th>tokens possible</th><th>mass removed</th>"
+        f"<th colspan='{k}' style='text-align:left'>most likely tokens after the stage "
+        "(orange: the chosen token)</th></tr>"
+    )
+    return (
+        f'<div class="genlab-waterfall" style="overflow-x:auto;max-width:100%">'
+        f'<table class="genlab-table" style="border-collapse:collapse">{head}{"".join(rows)}'
+        "</table></div>"
+    )
+
+
+def parse_typed_token(text: str):
+    """What a person typed in the token box: quoted text (``' Marseille'``, to type a
+    leading space) or plain text as it stands. ValueError for an unclosed quote."""
+    stripped = text.strip()
+    if stripped[:1] in ("'", '"'):
+        try:
+            value = ast.literal_eval(stripped)
+        except (SyntaxError, ValueError):
+            raise ValueError(
+                f"token: {stripped} is not closed; write quoted text as ' Marseille' or "
+                "type the text without quotes"
+            ) from None
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"token: {stripped} must be non-empty text")
+        return value
+    return text
 
 
 class StepDebugger(widgets.VBox):
@@ -123,14 +194,25 @@ class StepDebugger(widgets.VBox):
         )
         self.waterfall_view = widgets.HTML()
         self.waterfall_image = widgets.Image(format="png")
+        self.waterfall_png = b""
         self.history_view = widgets.HTML()
+        self.progress = widgets.IntProgress(
+            value=0, min=0, max=1, layout=widgets.Layout(width="160px")
+        )
+        self.notice: str | None = None
+        self.version = 0  # +1 per drawn view
+        self.timings: dict[str, float] = {}
+        self._lock = threading.RLock()
+        self._pending = 0  # actions whose view is not drawn yet
+        self._timer: threading.Timer | None = None
+        self.defer_render = False  # buttons set it: quick clicks are drawn once
 
-        self.step_button.on_click(lambda _: self._guard(self.step))
-        self.run_button.on_click(lambda _: self._guard(self.run_to_end))
-        self.rewind_button.on_click(lambda _: self._guard(self.rewind, self.rewind_count.value))
-        self.fork_button.on_click(lambda _: self._guard(self.fork))
-        self.force_button.on_click(lambda _: self._guard(self.force, self._chosen_candidate()))
-        self.run_picker.observe(lambda c: self._guard(self.select_run, c["new"]), names="value")
+        self.step_button.on_click(lambda _: self._click(self.step))
+        self.run_button.on_click(lambda _: self._click(self.run_to_end))
+        self.rewind_button.on_click(lambda _: self._click(self.rewind, self.rewind_count.value))
+        self.fork_button.on_click(lambda _: self._click(self.fork))
+        self.force_button.on_click(lambda _: self._click(self._force_chosen))
+        self.run_picker.observe(self._picked, names="value")
 
         buttons = widgets.HBox(
             [
@@ -140,74 +222,135 @@ class StepDebugger(widgets.VBox):
                 self.rewind_count,
                 self.fork_button,
                 self.run_picker,
+                self.progress,
             ]
         )
         forcing = widgets.HBox([self.candidates, self.token_box, self.force_button])
-        tabs = widgets.Tab(
+        self.figure_box = widgets.Box(
+            [self.waterfall_image], layout=widgets.Layout(overflow="auto", max_width="100%")
+        )
+        self.tabs = widgets.Tab(
             children=[
-                widgets.VBox([self.waterfall_view, self.waterfall_image, forcing]),
+                widgets.VBox([self.waterfall_view, forcing]),
+                self.figure_box,
                 self.history_view,
                 self.panel,
             ],
-            titles=["Current step", "History", "Settings"],
+            titles=["Current step", "Waterfall figure", "History", "Settings"],
         )
+        self.tabs.observe(lambda _: self._guard(self._show_figure), names="selected_index")
         title = widgets.HTML(f"<b>genlab step debugger</b> &middot; {html.escape(str(lm.name))}")
         super().__init__(
-            [title, buttons, self.status, self.text_view, widgets.HTML(prob_legend()), tabs]
+            [
+                widgets.HTML(FOCUS_CSS),
+                title,
+                buttons,
+                self.status,
+                self.text_view,
+                widgets.HTML(prob_legend()),
+                self.tabs,
+            ]
         )
         self.add_class("genlab-debugger")
+        self.add_class("genlab-panel")
         self._render()
 
     # -- actions -------------------------------------------------------------------------
     def step(self, n: int = 1) -> None:
-        """Take ``n`` steps (fewer if the generation ends)."""
-        for _ in range(n):
+        """Take ``n`` steps (fewer if the generation ends); on a finished run, say so."""
+        with self._lock:
             if self.run.finished:
-                break
-            self.run.step()
-        self._render()
+                self.notice = (
+                    f"the run has finished ({self.run.step_index} tokens): Rewind to go back, "
+                    "Fork to try another way, or raise max_new_tokens in Settings"
+                )
+                self.status.value = message(self.notice, "warn")
+                return
+            for _ in range(n):
+                if self.run.finished:
+                    break
+                self.run.step()
+        self._changed()
 
     def run_to_end(self) -> None:
-        """Step until a stopping criterion ends the generation."""
-        while not self.run.finished:
-            self.run.step()
-        self._render()
+        """Step until a stopping criterion ends the generation, showing the text and the
+        progress (tokens so far, tokens/s) as it goes."""
+        with self._lock:
+            run = self.run
+            total = max(1, int(run.gen_config.max_length) - int(run.prompt_length))
+            self.progress.max, self.progress.value = total, run.step_index
+            t0 = last = time.perf_counter()
+            start = run.step_index
+            while not run.finished:
+                run.step()
+                now = time.perf_counter()
+                if now - last >= 0.1:
+                    last = now
+                    rate = (run.step_index - start) / (now - t0)
+                    self.progress.value = min(run.step_index, total)
+                    self.status.value = message(
+                        f"running… {run.step_index} of {total} tokens · {rate:.1f} tokens/s"
+                    )
+                    self.text_view.value = text_block(html.escape(self.text()))
+            self.progress.value = min(run.step_index, total)
+        self._changed()
 
     def rewind(self, n: int = 1) -> None:
         """Undo the last ``n`` steps (the config goes back to what those steps used)."""
-        self.run.rewind(n)
-        self.panel.bind(self.run.config)
-        self._render()
+        with self._lock:
+            self.run.rewind(n)
+            self.panel.bind(self.run.config)
+        self._changed()
 
     def fork(self) -> Run:
         """Copy the active run and switch to the copy; returns it."""
-        other = self.run.fork()
-        self.runs.append(other)
-        self.run_picker.options = [(f"run {i}", i) for i in range(len(self.runs))]
-        self.run_picker.value = len(self.runs) - 1
-        self.select_run(len(self.runs) - 1)
+        with self._lock:
+            other = self.run.fork()
+            self.runs.append(other)
+            self.run = other
+            self.panel.bind(other.config)
+            self._picking = True
+            try:
+                self.run_picker.options = [(f"run {i}", i) for i in range(len(self.runs))]
+                self.run_picker.value = len(self.runs) - 1
+            finally:
+                self._picking = False
+        self._changed()
         return other
 
     def select_run(self, index: int) -> None:
         """Make ``runs[index]`` the active run."""
-        if not 0 <= index < len(self.runs):
-            raise ValueError(f"run index must be in [0, {len(self.runs) - 1}], got {index}")
-        self.run = self.runs[index]
-        self.panel.bind(self.run.config)
-        self._render()
+        if not isinstance(index, int) or not 0 <= index < len(self.runs):
+            raise ValueError(f"run index must be in [0, {len(self.runs) - 1}], got {index!r}")
+        with self._lock:
+            self.run = self.runs[index]
+            self.panel.bind(self.run.config)
+        self._changed()
 
     def force(self, token) -> None:
-        """Take ``token`` (an id, a token string or text) at the current step instead of
-        the token chosen there; before the first step, take it as the first token."""
-        if token is None or token == "":
+        """Take ``token`` (an id, a token string or a text) at the current step instead
+        of the token chosen there (before the first step: as the first token). A text of
+        several tokens is taken whole: every token of it, one step each."""
+        if token is None or (isinstance(token, str) and token == ""):
             raise ValueError("choose a candidate or type a token to force")
-        if self.run.step_index > 0:
-            self.run.rewind(1)
-            self.panel.bind(self.run.config)
-        self.run.force(token)
-        self.run.step()
-        self._render()
+        with self._lock:
+            run = self.run
+            rewound = False
+            if run.step_index > 0:
+                run.rewind(1)
+                rewound = True
+            try:
+                run.force(token)
+            except Exception:
+                if rewound:
+                    run.step()  # back where it was: a refused token changes nothing
+                raise
+            while run.pending_forced and not run.finished:
+                run.step()
+            self.panel.bind(run.config)
+        self._changed()
 
+    # -- views ---------------------------------------------------------------------------
     # -- views ---------------------------------------------------------------------------
     @property
     def current_step(self) -> int | None:
@@ -239,20 +382,87 @@ class StepDebugger(widgets.VBox):
         return f"StepDebugger(lm={self.lm.name!r}, step={self.run.step_index})"
 
     # -- internals -----------------------------------------------------------------------
+    def static_html(self) -> str:
+        """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
+        return (
+            '<div class="genlab-static">'
+            f"<b>genlab step debugger</b> &middot; {html.escape(str(self.lm.name))}"
+            f"{self.status.value}{self.text_view.value}{prob_legend()}"
+            f"{self.waterfall_view.value}{png_html(self.waterfall_png, 'waterfall')}</div>"
+        )
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
+
+    # -- internals -----------------------------------------------------------------------
     def _guard(self, fn, *args) -> None:
         try:
             fn(*args)
-        except Exception as err:  # shown in the widget
+        except Exception as err:  # shown in the widget, never raised out of a callback
             self.error = f"{type(err).__name__}: {err}"
             self.status.value = message(self.error, "error")
         else:
             self.error = None
 
-    def _chosen_candidate(self):
+    def _click(self, fn, *args) -> None:
+        """A button's action: done now, its view drawn once the clicks pause (20 quick
+        Step clicks take 20 steps and draw the view once or twice, not 20 times)."""
+        self.defer_render = True
+        try:
+            self._guard(fn, *args)
+        finally:
+            self.defer_render = False
+
+    def _picked(self, change) -> None:
+        if not getattr(self, "_picking", False):
+            self._guard(self.select_run, change["new"])
+
+    def _force_chosen(self) -> None:
         typed = self.token_box.value
-        return typed if typed else self.candidates.value
+        token = parse_typed_token(typed) if typed.strip() else self.candidates.value
+        self.force(token)
+        self.token_box.value = ""
+
+    def _changed(self) -> None:
+        """The run changed: draw now, or (after a click) once the clicks pause."""
+        self.notice = None
+        if not self.defer_render:
+            self._render()
+            return
+        with self._lock:
+            self._pending += 1
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(0.02, self._deferred_render)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _deferred_render(self) -> None:
+        with self._lock:
+            if not self._pending:
+                return
+            try:
+                self._render()
+            except Exception as err:  # shown, never raised in a timer thread
+                self.error = f"{type(err).__name__}: {err}"
+                self.status.value = message(self.error, "error")
+            finally:
+                self._pending = 0
+
+    def wait(self, timeout: float = 10.0) -> None:
+        """Wait until the view of the last action is drawn (after button clicks)."""
+        end = time.perf_counter() + timeout
+        while self._pending and time.perf_counter() < end:
+            time.sleep(0.005)
 
     def _render(self) -> None:
+        t0 = time.perf_counter()
+        with self._lock:
+            self._draw()
+        self.version += 1
+        self.timings = {"render": time.perf_counter() - t0}
+
+    def _draw(self) -> None:
         run, trace = self.run, self.run.tracer.trace
         steps = trace.steps()
         prompt = (
@@ -264,8 +474,10 @@ class StepDebugger(widgets.VBox):
         )
         if len(steps):
             tips = [
-                f"step {s}: p={p:.3f} rank {r}" + (" (forced)" if f else "")
-                for s, p, r, f in zip(steps.step, steps.prob, steps["rank"], steps.forced)
+                f"step {s}: {show_token(t)} p={p:.3f} rank {r}" + (" (forced)" if f else "")
+                for s, t, p, r, f in zip(
+                    steps.step, steps.token, steps.prob, steps["rank"], steps.forced
+                )
             ]
             body = token_spans(
                 list(steps.token),
@@ -277,31 +489,54 @@ class StepDebugger(widgets.VBox):
             body = ""
         self.text_view.value = text_block(body, prompt=prompt)
         state = "finished" if run.finished else "running"
+        self.progress.value = 0
         self.status.value = message(
             f"step {run.step_index} · {run.mode} · {state}"
-            + (f" · {len(self.runs)} runs" if len(self.runs) > 1 else ""),
+            + (f" · {len(self.runs)} runs" if len(self.runs) > 1 else "")
+            + (" · outlined tokens were forced" if len(steps) and steps.forced.any() else ""),
             "info",
         )
-        self.history_view.value = frame_html(steps)
+        self.history_view.value = frame_html(steps_table(trace)) if len(steps) else ""
         self._render_current(trace)
 
     def _render_current(self, trace) -> None:
-        from ..plots.tokens import waterfall
-
         step = self.current_step
         if step is None:
             self.waterfall_view.value = message("Press Step to take the first step.")
-            self.waterfall_image.value = b""
+            show_figure(self.waterfall_image, None)
+            self.waterfall_png = b""
             self.candidates.options = []
             return
         self.waterfall_view.value = (
-            f"<b>step {step}</b>: the distribution after each stage"
-            + frame_html(self.waterfall_table(step))
+            f"<b>step {step}</b>: the distribution after each stage" + waterfall_html(trace, step)
         )
-        self.waterfall_image.value = figure_png(waterfall(trace, step))
-        final = trace.topk(step, stage="final").sort_values("rank")
-        final = final[final.prob > 0]  # tokens a processor removed cannot be chosen
-        self.candidates.options = [
-            (f"{t!r}  p={p:.3f}", int(i))
-            for t, p, i in zip(final.token, final.prob, final.token_id)
+        final = candidates(trace, step, stage="final", k=trace_k(trace))
+        options = [
+            (f"{show_token(t)}  p={prob_text(p)}" + ("  (taken)" if c else ""), int(i))
+            for t, p, i, c in zip(final.token, final.prob, final.token_id, final.chosen)
         ]
+        self.candidates.options = options
+        taken = [int(i) for i, c in zip(final.token_id, final.chosen) if c]
+        if taken:
+            self.candidates.value = taken[0]  # never blank: the token taken at this step
+        self.waterfall_png = b""
+        if self.tabs.selected_index == 1:
+            self._show_figure()
+
+    def _show_figure(self) -> None:
+        """The matplotlib waterfall, drawn only while its tab is open (it takes longer
+        than the table)."""
+        from ..plots.tokens import waterfall
+
+        step = self.current_step
+        if self.tabs.selected_index != 1 or step is None or self.waterfall_png:
+            return
+        self.waterfall_png = show_figure(
+            self.waterfall_image, waterfall(self.run.tracer.trace, step)
+        )
+
+
+def trace_k(trace) -> int:
+    """How many candidates a trace keeps per stage."""
+    rec = trace.records[0] if len(trace) else None
+    return int(rec.stages[-1].top_ids.shape[1]) if rec is not None else 10

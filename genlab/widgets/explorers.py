@@ -20,13 +20,17 @@ import pandas as pd
 import torch
 
 from ..config import GenerationConfig, SynthIDTextWatermarkingConfig, WatermarkingConfig
+from ..tokens import shown
 from ..trace import Tracer
-from .config_panel import ConfigPanel
+from .config_panel import FOCUS_CSS, ConfigPanel
 from .live import LiveView, initial_config, start_run
-from .render import figure_png, frame_html, message
+from .playground import with_static_html
+from .render import frame_html, message, png_html, show_figure
 from .worker import Job
 
 WATERMARK_PROCESSOR = "WatermarkLogitsProcessor"
+#: the detection threshold (as notebook 05 uses it): z above it reads "watermarked"
+Z_THRESHOLD = 4.0
 
 
 class ScoresBeforeWatermark(Tracer):
@@ -107,6 +111,7 @@ class WatermarkExplorer(LiveView):
         self.colours: pd.DataFrame | None = None
         self.detection: pd.DataFrame | None = None
         self.greenlist: pd.DataFrame | None = None
+        self.z_png = self.greenlist_png = b""
         self._init_live(debounce, auto_update)
         config_kwargs.setdefault("do_sample", True)
         config_kwargs["watermarking_config"] = watermarking_config or WatermarkingConfig()
@@ -129,8 +134,10 @@ class WatermarkExplorer(LiveView):
         tabs = widgets.Tab(
             children=[
                 widgets.VBox([self.text_view, self.detection_view]),
-                self.z_image,
-                widgets.VBox([self.position, self.greenlist_image, self.greenlist_view]),
+                scroll_box(self.z_image),
+                widgets.VBox(
+                    [self.position, scroll_box(self.greenlist_image), self.greenlist_view]
+                ),
                 self.panel,
             ],
             titles=["Green / red", "Running z", "Green list", "Settings"],
@@ -140,6 +147,7 @@ class WatermarkExplorer(LiveView):
         )
         super().__init__(
             [
+                widgets.HTML(FOCUS_CSS),
                 title,
                 self.prompt_box,
                 widgets.HBox([self.chat_box, self.seed_box]),
@@ -148,6 +156,7 @@ class WatermarkExplorer(LiveView):
             ]
         )
         self.add_class("genlab-watermark-explorer")
+        self.add_class("genlab-panel")
         if run:
             self.update(sync=True)
 
@@ -158,6 +167,19 @@ class WatermarkExplorer(LiveView):
 
     def __repr__(self) -> str:
         return f"WatermarkExplorer(lm={self.lm.name!r})"
+
+    def static_html(self) -> str:
+        """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
+        return (
+            '<div class="genlab-static">'
+            f"<b>genlab watermark explorer</b> &middot; {html.escape(str(self.lm.name))}"
+            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
+            f"{self.status.value}{self.text_view.value}{self.detection_view.value}"
+            f"{png_html(self.z_png, 'running z')}</div>"
+        )
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
@@ -199,28 +221,41 @@ class WatermarkExplorer(LiveView):
         detector = WatermarkDetector(info, "cpu", wm)
         frames = []
         for label, res in (("watermarked", result), ("not watermarked", baseline)):
-            found = detector(res.sequences[:1], return_dict=True).to_frame()
+            # one z-score everywhere: the generated tokens only (the prompt, chat template
+            # included, is context but not scored), the same numbers as the colours
+            found = detector(
+                res.sequences[:1], z_threshold=Z_THRESHOLD, return_dict=True, score_from=n
+            ).to_frame()
             found.insert(0, "text", label)
             frames.append(found)
         self.result, self.baseline, self.colours = result, baseline, colours
         self.detection = pd.concat(frames, ignore_index=True)
+        z = self.detection.z_score
+        verdict = ["watermarked" if p else "not watermarked" for p in self.detection.prediction]
         self.text_view.value = (
-            "<b>watermarked</b>"
+            f"<b>with the watermark</b>: z = {z[0]:.2f} → {verdict[0]}"
             + watermark_html(colours).html
-            + "<b>same prompt and seed, no watermark</b>"
+            + f"<b>same prompt and seed, no watermark</b>: z = {z[1]:.2f} → {verdict[1]}"
             + watermark_html(base_colours).html
         )
         self.detection_view.value = (
-            "<b>detector</b> (whole sequence, prompt included, as the reference scores it)"
+            f"<b>detector</b> (generated tokens only; watermarked when z &gt; {Z_THRESHOLD:g})"
             + frame_html(self.detection)
         )
-        fig = running_z(colours, title="running z-score: watermarked (generated tokens)")
-        self.z_image.value = figure_png(fig)
+        fig = running_z(
+            colours,
+            z_threshold=Z_THRESHOLD,
+            title="running z-score over the generated tokens (watermarked)",
+        )
+        self.z_png = show_figure(self.z_image, fig)
         self.position.max = max(0, len(colours) - 1)
         self.position.value = min(self.position.value, self.position.max)
         self.show_greenlist()
-        z = self.detection.z_score
-        self.status.value = message(f"z = {z[0]:.2f} with the watermark, {z[1]:.2f} without", "ok")
+        self.status.value = message(
+            f"z = {z[0]:.2f} with the watermark ({verdict[0]}), {z[1]:.2f} without "
+            f"({verdict[1]}); threshold {Z_THRESHOLD:g}, generated tokens only",
+            "ok",
+        )
 
     # -- the green list at one position ---------------------------------------------------
     def show_greenlist(self, position: int | None = None, top: int = 20) -> pd.DataFrame:
@@ -241,14 +276,15 @@ class WatermarkExplorer(LiveView):
         n = self.result.prompt_length
         context = self.result.sequences[0, : n + pos]
         table = greenlist_table(context, before, run.config.watermarking_config, top=top)
-        table["token"] = [self.lm.tokenizer.decode([int(i)]) for i in table.id]
+        table["token"] = [shown(self.lm.tokenizer, int(i)) for i in table.id]
         chosen = int(self.result.sequences[0, n + pos])
         table["chosen"] = table.id == chosen
         self.greenlist = table
-        self.greenlist_image.value = figure_png(
+        self.greenlist_png = show_figure(
+            self.greenlist_image,
             greenlist_bars(
                 table, title=f"position {pos}: next-token probabilities before | after the bias"
-            )
+            ),
         )
         self.greenlist_view.value = frame_html(
             table[["token", "id", "green", "chosen", "prob_before", "prob_after"]]
@@ -262,6 +298,11 @@ class WatermarkExplorer(LiveView):
             self.show_greenlist()
         except Exception as err:  # shown in the widget
             self._fail(err)
+
+
+def scroll_box(image: widgets.Image) -> widgets.Box:
+    """A box showing a figure at its native size, scrolling when it is wider."""
+    return widgets.Box([image], layout=widgets.Layout(overflow="auto", max_width="100%"))
 
 
 def node_paths(tree: pd.DataFrame) -> dict[int, list[int]]:
@@ -325,6 +366,7 @@ class BeamExplorer(LiveView):
         self.pool: pd.DataFrame | None = None
         self.early: pd.DataFrame | None = None
         self._paths: dict[int, list[int]] = {}
+        self.tree_png = b""
         self._init_live(debounce, auto_update)
         cfg = initial_config(lm, num_beams=num_beams, **config_kwargs)
         self.panel = ConfigPanel(
@@ -344,7 +386,7 @@ class BeamExplorer(LiveView):
         self.early_view = widgets.HTML()
         tabs = widgets.Tab(
             children=[
-                widgets.VBox([self.tree_image, self.candidates_view]),
+                widgets.VBox([scroll_box(self.tree_image), self.candidates_view]),
                 self.pool_view,
                 self.early_view,
                 self.panel,
@@ -354,6 +396,7 @@ class BeamExplorer(LiveView):
         title = widgets.HTML(f"<b>genlab beam explorer</b> &middot; {html.escape(str(lm.name))}")
         super().__init__(
             [
+                widgets.HTML(FOCUS_CSS),
                 title,
                 self.prompt_box,
                 widgets.HBox([self.chat_box, self.seed_box]),
@@ -364,6 +407,7 @@ class BeamExplorer(LiveView):
             ]
         )
         self.add_class("genlab-beam-explorer")
+        self.add_class("genlab-panel")
         if run:
             self.update(sync=True)
 
@@ -374,6 +418,19 @@ class BeamExplorer(LiveView):
 
     def __repr__(self) -> str:
         return f"BeamExplorer(lm={self.lm.name!r}, num_beams={self.panel.config.num_beams})"
+
+    def static_html(self) -> str:
+        """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
+        return (
+            '<div class="genlab-static">'
+            f"<b>genlab beam explorer</b> &middot; {html.escape(str(self.lm.name))}"
+            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
+            f"{self.status.value}{self.outcome_view.value}{png_html(self.tree_png, 'beam tree')}"
+            f"{self.candidates_view.value}{self.early_view.value}</div>"
+        )
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
@@ -425,6 +482,7 @@ class BeamExplorer(LiveView):
             raise ValueError(f"step must be in [0, {int(tree.step.max())}], got {step}")
         at = tree[tree.step == step].sort_values("rank").copy()
         at.insert(0, "text", [self._text(n, t) for n, t in zip(at.node, at.token_id)])
+        at["token"] = [shown(self.lm.tokenizer, int(t)) for t in at.token_id]
         cols = [
             "rank",
             "text",
@@ -442,8 +500,13 @@ class BeamExplorer(LiveView):
         early = trace.early_stop()
         self.early = early[(early.step == step) & (early.batch == 0)].reset_index(drop=True)
         first = max(0, step - self.window + 1)
-        fig = beam_tree(trace, steps=(first, step), title=f"Beam tree up to step {step}")
-        self.tree_image.value = figure_png(fig)
+        fig = beam_tree(
+            trace,
+            steps=(first, step),
+            steps_per_row=5,  # bands of 5 steps: 760 px, no wider than the panel
+            title=f"Beam tree up to step {step}",
+        )
+        self.tree_png = show_figure(self.tree_image, fig)
         self.candidates_view.value = f"<b>candidates at step {step}</b>" + frame_html(
             self.candidates
         )

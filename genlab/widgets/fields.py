@@ -81,7 +81,13 @@ def parse_token_ids(text: str, tokenizer=None, field: str = "token ids") -> list
     ids: list[int] = []
     for item in _ITEM_RE.findall(text):
         if item[0] in "'\"":
-            ids.extend(_encode_text(ast.literal_eval(item), tokenizer, field))
+            try:
+                text = ast.literal_eval(item)
+            except (SyntaxError, ValueError):
+                raise ValueError(
+                    f"`{field}`: {item} is not closed: write quoted text as 'text' or \"text\""
+                ) from None
+            ids.extend(_encode_text(text, tokenizer, field))
             continue
         try:
             ids.append(int(item))
@@ -275,6 +281,11 @@ class NumberControl(FieldControl):
                 layout=widgets.Layout(width="24px"),
             )
             self.input.disabled = value is None
+            self.enabled.observe(self._toggle, names="value")
+
+    def _toggle(self, change) -> None:
+        """Ticking the box enables the input (and sets its value); unticking: None."""
+        self.input.disabled = not change["new"]
 
     def slider_bounds(self, value) -> tuple[float, float] | None:
         spec = self.spec
@@ -283,8 +294,9 @@ class NumberControl(FieldControl):
         hi = spec.max if spec.max is not None else SOFT_MAX.get(spec.name)
         if spec.min is None or hi is None:
             return None
-        lo = spec.min + (self.step if spec.min_exclusive else 0)
-        hi = hi - (self.step if spec.max_exclusive else 0)
+        # an exclusive end stays on the slider: choosing it shows the reason it is refused
+        # (e.g. temperature 0) instead of silently becoming the next step
+        lo, hi = spec.min, hi
         if value is not None:
             hi = max(hi, value)
             lo = min(lo, value)
@@ -294,8 +306,8 @@ class NumberControl(FieldControl):
         default = self.spec.default
         if default is not None:
             return default
-        if bounds is not None:
-            return bounds[0]
+        if bounds is not None:  # the smallest value allowed (an exclusive end is not)
+            return bounds[0] + (self.step if self.spec.min_exclusive else 0)
         return 0 if self.is_int else 0.0
 
     def parts(self):
@@ -303,6 +315,20 @@ class NumberControl(FieldControl):
 
     def watched(self):
         return self.parts()
+
+    def _number(self, value):
+        """``value`` as this field's number type, or ValueError naming the field."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                value = (int if self.is_int else float)(str(value).strip())
+            except ValueError:
+                kind = "an integer" if self.is_int else "a number"
+                raise ValueError(f"`{self.name}` must be {kind}, got {value!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"`{self.name}` must be a finite number, got {value!r}")
+        if self.is_int and isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"`{self.name}` must be an integer, got {value!r}")
+        return value
 
     def read(self):
         if self.enabled is not None and not self.enabled.value:
@@ -313,6 +339,8 @@ class NumberControl(FieldControl):
         return round(float(value), _decimals(self.step) + 2)
 
     def show(self, value) -> None:
+        if value is not None:
+            value = self._number(value)
         if self.enabled is not None:
             self.enabled.value = value is not None
             self.input.disabled = value is None

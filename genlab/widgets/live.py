@@ -159,11 +159,21 @@ class LiveView(widgets.VBox):
         if self.auto_box.value:
             self.worker.schedule()
 
-    def drive(self, run: Run, job: Job) -> Run:
-        """Step ``run`` to its end, showing progress; stops early on Stop, and raises
-        :class:`Cancelled` when a newer request replaced the job."""
+    #: seconds between two paints of a generation in progress
+    STREAM_EVERY = 0.03
+
+    def stream(self, run: Run, job: Job) -> None:
+        """Show a generation in progress (called every :data:`STREAM_EVERY` seconds from
+        :meth:`drive`); subclasses draw the tokens so far."""
+
+    def drive(self, run: Run, job: Job, label: str = "") -> Run:
+        """Step ``run`` to its end, streaming it into the view (:meth:`stream`) with its
+        progress (tokens so far, tokens/s); stops early on Stop, and raises
+        :class:`Cancelled` when a newer request replaced the job (checked before every
+        step, so a newer change cancels this generation at its next step)."""
         total = max(1, int(run.gen_config.max_length) - int(run.prompt_length))
         self.progress.max, self.progress.value = total, 0
+        t0 = last = time.perf_counter()
         while not run.finished:
             if job.cancelled.is_set():
                 if not job.stopped:
@@ -171,7 +181,18 @@ class LiveView(widgets.VBox):
                 run.stop()
                 break
             run.step()
-            self.progress.value = min(run.step_index, total)
+            now = time.perf_counter()
+            if now - last >= self.STREAM_EVERY and self.worker.is_current(job):
+                last = now
+                self.progress.value = min(run.step_index, total)
+                rate = run.step_index / (now - t0) if now > t0 else 0.0
+                self.status.value = message(
+                    f"generating{(' ' + label) if label else ''}… {run.step_index} of "
+                    f"{total} tokens · {rate:.1f} tokens/s",
+                    "info",
+                )
+                self.stream(run, job)
+        self.progress.value = min(run.step_index, total)
         return run
 
     # -- internals -------------------------------------------------------------------------
@@ -181,6 +202,8 @@ class LiveView(widgets.VBox):
         try:
             data = self.compute(job)
             t1 = time.perf_counter()
+            if not self.worker.is_current(job):
+                return None  # a newer request replaced it: show only the newest
             self.render(data)
         except Cancelled:
             return None

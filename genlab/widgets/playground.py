@@ -25,41 +25,76 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..config import GenerationConfig
-from .config_panel import ConfigPanel
+from ..tokens import show_token
+from .config_panel import FOCUS_CSS, ConfigPanel
 from .live import LiveView, initial_config, start_run
-from .render import figure_png, frame_html, message, prob_legend, text_block, token_spans
+from .render import (
+    frame_html,
+    message,
+    png_html,
+    prob_legend,
+    show_figure,
+    steps_table,
+    text_block,
+    token_spans,
+)
 from .worker import Job
+
+
+def with_static_html(widget, bundle):
+    """Add ``widget.static_html()`` to a widget's mime bundle as ``text/html``: JupyterLab
+    with a kernel shows the live widget, GitHub / nbconvert / a notebook opened without
+    its kernel show the panel's last state."""
+    data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+    data = dict(data or {})
+    try:
+        data["text/html"] = widget.static_html()
+    except Exception as err:  # never let the fallback break the display
+        data["text/html"] = f"<pre>{html.escape(repr(err))}</pre>"
+    return (data, meta) if meta else data
+
 
 TABLE_COLUMNS = ["step", "token", "token_id", "logprob", "prob", "rank", "entropy", "top"]
 
 
 def token_table(result) -> pd.DataFrame:
-    """One row per generated token of the first sequence (see :data:`TABLE_COLUMNS`).
+    """One row per generated token of the first sequence (see :data:`TABLE_COLUMNS`), with
+    ``text`` (the decoded text, for the coloured text) besides ``token`` (as shown).
 
     From the trace for token-by-token strategies; beam results (whose trace rows are beams,
-    not the returned sequence) use the transition scores and leave rank/entropy empty.
+    not the returned sequence) use the transition scores and have no rank, entropy or top
+    columns (a beam's token has no single distribution to rank it in): never "None" cells.
     """
     trace = result.trace
     if trace is not None and "beam" not in str(result.run.mode):
-        table = trace.steps(row=0)
-        if not table.empty:
-            return table[TABLE_COLUMNS].reset_index(drop=True)
+        raw = trace.steps(row=0)
+        if not raw.empty:
+            table = steps_table(trace, row=0)
+            table["text"] = list(raw.token)
+            return table[[*TABLE_COLUMNS, "text"]].reset_index(drop=True)
     table = result.transition_scores()
-    for col in ("rank", "entropy", "top"):
-        table[col] = None
-    return table[TABLE_COLUMNS]
+    table["text"] = list(table.token)
+    table["token"] = [show_token(t) for t in table.token]
+    return table[[c for c in TABLE_COLUMNS if c in table.columns] + ["text"]]
+
+
+def shown_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as a person reads it (without the raw ``text`` column)."""
+    return table.drop(columns=[c for c in ("text",) if c in table.columns])
 
 
 def result_html(table: pd.DataFrame, prompt: str | None = None, marks=()) -> str:
     """The tokens of ``table`` (from :func:`token_table`) coloured by probability."""
-    tokens = list(table.token)
+    texts = list(table.text) if "text" in table.columns else list(table.token)
+    ranks = table["rank"] if "rank" in table.columns else [None] * len(table)
+    tops = table["top"] if "top" in table.columns else [""] * len(table)
     titles = [
-        f"{tok!r}  p={p:.3f}  logp={lp:.3f}"
+        f"{tok}  p={p:.3f}  logp={lp:.3f}"
         + (f"  rank {int(r)}" if r is not None and r == r else "")
         + (f"\ntop: {top}" if top else "")
-        for tok, p, lp, r, top in zip(tokens, table.prob, table.logprob, table["rank"], table.top)
+        for tok, p, lp, r, top in zip(table.token, table.prob, table.logprob, ranks, tops)
     ]
-    return text_block(token_spans(tokens, list(table.prob), titles, marks), prompt=prompt)
+    return text_block(token_spans(texts, list(table.prob), titles, marks), prompt=prompt)
 
 
 class Playground(LiveView):
@@ -109,6 +144,7 @@ class Playground(LiveView):
         self.text_view.add_class("genlab-result")
         self.table_view = widgets.HTML()
         self.probs_image = widgets.Image(format="png")
+        self.probs_png = self.topk_png = b""
         self.position = widgets.IntSlider(
             value=0, min=0, max=0, description="position", continuous_update=False
         )
@@ -119,13 +155,21 @@ class Playground(LiveView):
 
         super().__init__(self._layout(lm))
         self.add_class("genlab-playground")
+        self.add_class("genlab-panel")
         if run:
             self.update(sync=True)
 
     def _layout(self, lm) -> list[widgets.Widget]:
         title = widgets.HTML(f"<b>genlab playground</b> &middot; {html.escape(str(lm.name))}")
         options = widgets.HBox([self.chat_box, self.seed_box])
-        plots = widgets.VBox([self.probs_image, self.position, self.topk_image])
+        scroll = widgets.Layout(overflow="auto", max_width="100%")
+        plots = widgets.VBox(
+            [
+                widgets.Box([self.probs_image], layout=scroll),
+                self.position,
+                widgets.Box([self.topk_image], layout=scroll),
+            ]
+        )
         self.tabs = widgets.Tab(children=[self.table_view, plots], titles=["Tokens", "Plots"])
         self.tabs.observe(lambda _: self._show_plots(), names="selected_index")
         results = widgets.VBox(
@@ -134,7 +178,14 @@ class Playground(LiveView):
         )
         self.panel.layout = widgets.Layout(flex="0 1 720px", min_width="420px")
         body = widgets.HBox([results, self.panel], layout=widgets.Layout(flex_flow="row wrap"))
-        return [title, self.prompt_box, options, self.controls_row(), body]
+        return [
+            widgets.HTML(FOCUS_CSS),
+            title,
+            self.prompt_box,
+            options,
+            self.controls_row(),
+            body,
+        ]
 
     @property
     def config(self) -> GenerationConfig:
@@ -143,6 +194,24 @@ class Playground(LiveView):
 
     def __repr__(self) -> str:
         return f"Playground(lm={self.lm.name!r}, mode={self.panel.mode!r})"
+
+    def static_html(self) -> str:
+        """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
+        parts = [
+            f"<b>genlab playground</b> &middot; {html.escape(str(self.lm.name))}",
+            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))} &middot; "
+            f"seed {self.seed_box.value} &middot; mode {html.escape(self.panel.mode)}</div>",
+            self.status.value,
+            self.text_view.value,
+            prob_legend(),
+        ]
+        if self.table is not None:
+            parts.append(frame_html(shown_columns(self.table)))
+        parts += [png_html(self.probs_png, "probabilities"), png_html(self.topk_png, "top-k")]
+        return f'<div class="genlab-static">{"".join(parts)}</div>'
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
@@ -158,13 +227,22 @@ class Playground(LiveView):
         self.drive(run, job)
         return self.lm.result(run)
 
+    def stream(self, run, job: Job) -> None:
+        """The tokens generated so far, as they come."""
+        n = run.prompt_length
+        text = self.lm.tokenizer.decode(run.sequences[0, n:].tolist(), skip_special_tokens=True)
+        prompt = None if self.chat_box.value else self.prompt_box.value
+        self.text_view.value = text_block(
+            f'<span class="genlab-streaming">{html.escape(text)}</span>', prompt=prompt
+        )
+
     def render(self, result) -> None:
         """Show result (a GenerationResult): coloured text, table and plots."""
         run = result.run
         table = token_table(result)
         prompt = None if self.chat_box.value else self.prompt_box.value
         self.text_view.value = result_html(table, prompt=prompt)
-        self.table_view.value = frame_html(table)
+        self.table_view.value = frame_html(shown_columns(table))
         self.result, self.table = result, table
         self._plots_shown = False
         self.position.max = max(0, len(table) - 1)
@@ -198,7 +276,8 @@ class Playground(LiveView):
         if self.tabs.selected_index != 1 or self._plots_shown:
             return
         trace = self._plottable()
-        self.probs_image.value = figure_png(token_probs(trace)) if trace is not None else b""
+        fig = token_probs(trace) if trace is not None else None
+        self.probs_png = show_figure(self.probs_image, fig)
         self._plots_shown = True
         self._show_topk()
 
@@ -207,7 +286,7 @@ class Playground(LiveView):
 
         trace = self._plottable()
         if trace is None or not self._plots_shown:
-            self.topk_image.value = b""
+            self.topk_png = show_figure(self.topk_image, None)
             return
         step = min(self.position.value, len(trace) - 1)
-        self.topk_image.value = figure_png(topk_bars(trace, step))
+        self.topk_png = show_figure(self.topk_image, topk_bars(trace, step))

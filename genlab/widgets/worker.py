@@ -27,6 +27,7 @@ class Job:
     def __init__(self, number: int) -> None:
         self.number = number
         self.cancelled = threading.Event()
+        self.done = threading.Event()  # set when fn(job) has returned (or never ran)
         self.stopped = False
         self.thread: threading.Thread | None = None
 
@@ -62,8 +63,12 @@ class Worker:
 
     def submit(self, sync: bool = False) -> Any:
         """Cancel the running job and start a new one; with ``sync`` run it here and
-        return what ``fn`` returned."""
+        return what ``fn`` returned. A pending debounced request is dropped (this one
+        replaces it), and the new job waits for the previous one to end, whether that
+        ran in a thread or synchronously: never two jobs at once."""
         with self._lock:
+            if self._timer is not None and threading.current_thread() is not self._timer:
+                self._timer.cancel()
             previous = self._job
             if previous is not None:
                 previous.cancel()
@@ -96,17 +101,18 @@ class Worker:
         job = self._job
         if job is not None and job.thread is not None:
             job.thread.join(timeout)
+        elif job is not None:
+            job.done.wait(timeout)
 
     def is_current(self, job: Job) -> bool:
         return self._job is job
 
     def _execute(self, job: Job, previous: Job | None) -> Any:
-        if (
-            previous is not None
-            and previous.thread is not None
-            and previous.thread is not threading.current_thread()
-        ):
-            previous.thread.join()
-        if job.cancelled.is_set() and not job.stopped:
-            return None  # replaced before it started
-        return self.fn(job)
+        try:
+            if previous is not None:
+                previous.done.wait()  # threaded or synchronous: it has ended
+            if job.cancelled.is_set() and not job.stopped:
+                return None  # replaced before it started
+            return self.fn(job)
+        finally:
+            job.done.set()

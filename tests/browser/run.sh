@@ -54,7 +54,8 @@ fi
 #    (the server's root; genlab is imported from the venv)
 WORK=$ROOT/.tmp/browser
 rm -rf "$WORK" && mkdir -p "$WORK"
-cp "$ROOT/tests/browser/playground.ipynb" "$WORK/playground.ipynb"
+cp "$ROOT/tests/browser/panels.ipynb" "$WORK/panels.ipynb"
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}  # the kernel imports this checkout's genlab
 
 # 5. JupyterLab from the project venv, on a free port; killed on exit
 PORT=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -77,7 +78,7 @@ done
 # 6. The check
 set +e
 "$VENV/bin/python" "$ROOT/tests/browser/ui_check.py" "http://127.0.0.1:$PORT" \
-  "playground.ipynb" "$ARTIFACTS" "$MODE"
+  "panels.ipynb" "$ARTIFACTS" "$MODE"
 RC=$?
 set -e
 # 7. The demo app as Voila serves it (tests/browser/voila_check.py starts its own server)

@@ -1,0 +1,97 @@
+"""Property-based: random control changes on the Playground, valid and invalid, typed into
+controls or set from code, interleaved with debounced and synchronous updates.
+
+Whatever the sequence: no exception escapes, never two generations run at once, and once
+everything has settled the result shown belongs to the final settings (or, if the final
+settings cannot run, the error is shown and the last good result stays)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import genlab
+from genlab.models.table import TableLM
+from genlab.widgets.playground import Playground
+from tests.test_widgets import WORDS, SlowModel
+
+VALUES = {
+    "max_new_tokens": st.one_of(st.integers(-2, 9), st.just("x"), st.just(2.5), st.none()),
+    "top_k": st.one_of(st.integers(-1, 30), st.just("x"), st.just(None)),
+    "top_p": st.one_of(st.floats(-0.5, 1.5), st.just(float("nan")), st.just("0.9"), st.none()),
+    "temperature": st.one_of(st.floats(-1, 3, allow_nan=False), st.just("hot"), st.none()),
+    "do_sample": st.one_of(st.booleans(), st.just("x")),
+    "num_beams": st.one_of(st.integers(0, 3), st.just("x")),
+    "repetition_penalty": st.one_of(st.floats(-1, 3, allow_nan=False), st.none()),
+    "bad_words_ids": st.one_of(st.just([[5]]), st.just(5), st.just("'cat"), st.none()),
+}
+TYPED = {  # text typed into a field's box (what a person can do in the browser)
+    "bad_words_ids": st.sampled_from(["'cat", "5, 6", "x y", "' a'", "", "99999"]),
+    "suppress_tokens": st.sampled_from(["1 2", "'", "-3", "a"]),
+    "sequence_bias": st.sampled_from(["5: -2", "5 -2", ": x", "'a': 1e9"]),
+}
+
+action = st.one_of(
+    st.tuples(st.just("set"), st.sampled_from(sorted(VALUES))).flatmap(
+        lambda t: st.tuples(st.just("set"), st.just(t[1]), VALUES[t[1]])
+    ),
+    st.tuples(st.just("type"), st.sampled_from(sorted(TYPED))).flatmap(
+        lambda t: st.tuples(st.just("type"), st.just(t[1]), TYPED[t[1]])
+    ),
+    st.tuples(st.just("seed"), st.integers(-5, 5)),
+    st.tuples(st.just("prompt"), st.sampled_from(["a", "b c", "", "  ", "a b c d"])),
+    st.tuples(st.just("sync")),
+    st.tuples(st.just("pause"), st.sampled_from([0.0, 0.01, 0.05])),
+)
+
+
+@pytest.fixture(scope="module")
+def slow_lm():
+    row = {w: 1 / len(WORDS) for w in WORDS}
+    table = TableLM({"": row}, fallback=row)
+    slow = SlowModel(table, delay=0.002)
+    return slow, genlab.LM(slow, table.tokenizer)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(actions=st.lists(action, min_size=1, max_size=10))
+def test_random_control_changes_never_escape_and_never_overlap(slow_lm, actions):
+    slow, lm = slow_lm
+    slow.max_active = 0
+    pg = Playground(lm, "a", max_new_tokens=4, debounce=0.01, run=False)
+    for act in actions:  # nothing here may raise
+        kind = act[0]
+        if kind == "set":
+            pg.panel.set(act[1], act[2])
+        elif kind == "type":
+            pg.panel.controls[act[1]].input.value = act[2]
+        elif kind == "seed":
+            pg.seed_box.value = act[1]
+        elif kind == "prompt":
+            pg.prompt_box.value = act[1]
+        elif kind == "sync":
+            pg.update(sync=True)
+        else:
+            time.sleep(act[1])
+    pg.update(sync=True)
+    time.sleep(0.03)
+    pg.wait(timeout=10)
+    assert slow.max_active <= 1  # never two generations at once
+    if pg.error is None:  # the result belongs to the final settings
+        cfg = pg.result.run.config
+        for name in ("max_new_tokens", "top_k", "top_p", "temperature", "do_sample",
+                     "num_beams", "repetition_penalty", "bad_words_ids"):  # fmt: skip
+            assert getattr(cfg, name) == getattr(pg.panel.config, name), name
+        assert f"seed {pg.seed_box.value}" in pg.status.value
+        prompt_ids, _ = lm.encode(pg.prompt_box.value)
+        n = prompt_ids.shape[1]
+        assert pg.result.sequences[0, :n].tolist() == prompt_ids[0].tolist()
+    else:  # shown in the panel, never raised; the settings that cannot run are named
+        assert "genlab-error" in pg.status.value
