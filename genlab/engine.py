@@ -92,6 +92,20 @@ def _set_up_warnings(fn):
 # ----------------------------------------------------------------------------------------
 # the run
 # ----------------------------------------------------------------------------------------
+def _view(path: str, doc: str) -> property:
+    """A read-only property showing ``self.<path>`` (a part of the run), documented."""
+    names = path.split(".")
+
+    def get(self):
+        value = self
+        for name in names:
+            value = getattr(value, name)
+        return value
+
+    get.__name__, get.__doc__ = names[-1], doc
+    return property(get)
+
+
 class Run:
     """A generation in progress: step it, force tokens, rewind, fork, edit its config.
 
@@ -101,8 +115,23 @@ class Run:
     ``run.config`` is the GenerationConfig to edit between steps; any change takes effect
     at the next step, or that step is refused with a ValueError and nothing changes.
 
+    Arguments (those of :func:`generate`, where they mean what the reference's do):
+    model: a genlab model, an ``LM`` or a transformers model; input_ids, attention_mask:
+    the prompt (batch, length) and its mask; generation_config and keyword config fields;
+    logits_processor, stopping_criteria: your own processors and criteria (added to the
+    built ones); prefix_allowed_tokens_fn: allowed next tokens per row; synced_gpus:
+    accepted and ignored (one process); assistant_model: a draft model for assisted
+    decoding; streamer: receives the tokens as they are chosen; negative_prompt_ids,
+    negative_prompt_attention_mask: the unconditional prompt of classifier-free guidance;
+    use_model_defaults: whether the model's generation defaults fill unset fields;
+    tokenizer: for stop strings, healing and readable records; trace: record every stage
+    (``True`` or Tracer options such as ``{"top_k": 20}``); seed: the run's own random
+    stream; keep_history: keep snapshots so that :meth:`rewind` works; prefix_cache: a
+    :class:`~genlab.prefix.PrefixCache` whose prompt keys and values the run may reuse.
+
     >>> run = lm.start("Once upon a time", do_sample=True, seed=0)   # doctest: +SKIP
     >>> run.step(); run.config.top_k = 5; run.step(); run.rewind(1)  # doctest: +SKIP
+    >>> run.force(" dragon"); run.step().text                        # doctest: +SKIP
     """
 
     def __init__(
@@ -286,11 +315,15 @@ class Run:
         self._tracer_off = [] if tracer is None else tracer.attach(self.registry)
 
     def hooks(self, mapping=None, **hooks):
-        """Temporary hooks for a ``with`` block: ``with run.hooks(logits=fn): run.step()``."""
+        """Temporary hooks for a ``with`` block: ``with run.hooks(logits=fn): run.step()``.
+
+        mapping: ``{point: fn or [fns]}`` (for names that are not identifiers, such as
+        ``"processor.TopKLogitsWarper"``); keyword arguments add more."""
         return self.registry.temporary(mapping, **hooks)
 
     def add_hook(self, name: str, fn):
-        """Register a permanent hook ``fn(value, *, step)``; returns a function removing it."""
+        """Register a permanent hook ``fn(value, *, step)`` at the hook point ``name``;
+        returns a function that removes it."""
         return self.registry.add(name, fn)
 
     def set(self, **fields) -> Run:
@@ -321,6 +354,12 @@ class Run:
         ids = self._forced_ids(token)
         self.state.forced = [*self.state.forced, *ids]
         return self
+
+    def clear_forced(self) -> tuple[int, ...]:
+        """Drop the queued forced ids (e.g. after a rewind, to take another token instead);
+        returns them."""
+        dropped, self.state.forced = tuple(self.state.forced), []
+        return dropped
 
     def _forced_ids(self, token) -> list[int]:
         vocab_size = self.given.info.vocab_size
@@ -493,28 +532,26 @@ class Run:
         return None
 
     # -- read-only views of the parts -----------------------------------------------------------
-    model = property(lambda self: self.given.model, doc="The genlab-protocol model.")
-    info = property(lambda self: self.given.info, doc="The model's ModelInfo.")
-    tokenizer = property(lambda self: self.given.tokenizer, doc="The tokenizer (or None).")
-    device = property(lambda self: self.given.device, doc="Where the run's tensors live.")
-    input_ids = property(lambda self: self.given.input_ids, doc="(batch, length) the prompt.")
-    prompt_length = property(lambda self: self.given.prompt_length, doc="Prompt tokens.")
-    batch_size = property(lambda self: self.given.batch_size, doc="Number of prompts.")
-    streamer = property(lambda self: self.given.streamer, doc="The streamer (or None).")
-    warnings = property(lambda self: self.given.warnings, doc="Warnings raised at the start.")
-    pad_token_id = property(lambda self: self.given.pad_token_id, doc="Padding id in use.")
-    eos_token_ids = property(lambda self: self.given.eos_token_ids, doc="EOS ids, a list.")
-    sequences = property(lambda self: self.state.sequences, doc="(rows, length) all tokens.")
-    attention_mask = property(lambda self: self.state.attention_mask, doc="(rows, length).")
-    cache = property(lambda self: self.state.cache, doc="The KV cache.")
-    step_index = property(lambda self: self.state.step_index, doc="Steps taken so far.")
-    strategy = property(lambda self: self.state.strategy, doc="The decoding strategy.")
-    gen_config = property(lambda self: self.state.plan.config, doc="The effective config.")
-    mode = property(lambda self: self.state.plan.mode, doc="The generation mode's name.")
-    processors = property(lambda self: self.state.plan.processors, doc="The processors.")
-    stopping_criteria = property(
-        lambda self: self.state.plan.stopping_criteria, doc="The stopping criteria."
-    )
+    model = _view("given.model", "The genlab-protocol model.")
+    info = _view("given.info", "The model's ModelInfo.")
+    tokenizer = _view("given.tokenizer", "The tokenizer (or None).")
+    device = _view("given.device", "Where the run's tensors live.")
+    input_ids = _view("given.input_ids", "(batch, length) the prompt.")
+    prompt_length = _view("given.prompt_length", "Prompt tokens.")
+    batch_size = _view("given.batch_size", "Number of prompts.")
+    streamer = _view("given.streamer", "The streamer (or None).")
+    warnings = _view("given.warnings", "Warnings raised at the start.")
+    pad_token_id = _view("given.pad_token_id", "Padding id in use.")
+    eos_token_ids = _view("given.eos_token_ids", "EOS ids, a list.")
+    sequences = _view("state.sequences", "(rows, length) all tokens.")
+    attention_mask = _view("state.attention_mask", "(rows, length).")
+    cache = _view("state.cache", "The KV cache.")
+    step_index = _view("state.step_index", "Steps taken so far.")
+    strategy = _view("state.strategy", "The decoding strategy.")
+    gen_config = _view("state.plan.config", "The effective config.")
+    mode = _view("state.plan.mode", "The generation mode's name.")
+    processors = _view("state.plan.processors", "The processors.")
+    stopping_criteria = _view("state.plan.stopping_criteria", "The stopping criteria.")
 
     # -- the step --------------------------------------------------------------------------------
     def _step(self, want_record: bool) -> Step | None:
@@ -730,7 +767,11 @@ def _prompt(inputs, kwargs: dict):
 
 
 def start(model, inputs=None, **kwargs) -> Run:
-    """Create a steppable :class:`Run` (same arguments as :func:`generate`)."""
+    """Create a steppable :class:`Run` of ``model`` on the prompt ``inputs`` (the other
+    arguments are those of :func:`generate`, plus ``trace``, ``seed``, ``keep_history``).
+
+    >>> run = genlab.start(model, ids, do_sample=True, seed=0, keep_history=True)  # doctest: +SKIP
+    """
     return Run(model, input_ids=_prompt(inputs, kwargs), **kwargs)
 
 
@@ -751,6 +792,18 @@ def generate(
     **kwargs,
 ):
     """Generate like transformers' ``model.generate(...)``, on any genlab or HF model.
+
+    Arguments, as in the reference: model (a genlab model, an LM or a transformers model);
+    inputs (the prompt ids, or a tokenizer's output); generation_config (a config whose
+    fields the keyword arguments override); logits_processor and stopping_criteria (your
+    own, added to those the config builds); prefix_allowed_tokens_fn (allowed tokens per
+    row and prefix); synced_gpus (accepted, ignored: one process); assistant_model (a
+    draft model for assisted decoding); streamer (gets the tokens as they come);
+    negative_prompt_ids and negative_prompt_attention_mask (classifier-free guidance's
+    unconditional prompt); use_model_defaults (fill unset fields from the model's
+    generation config); custom_generate (your own decoding loop, called instead of
+    genlab's); keyword arguments are config fields or ``input_ids``,
+    ``attention_mask``, ``tokenizer``.
 
     Returns a LongTensor (rows, length), or with ``return_dict_in_generate=True`` an output
     object with the reference's field names (sequences, scores, logits, ...).

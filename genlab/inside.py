@@ -316,7 +316,12 @@ def logit_lens(
     source: a Run, a GenerationResult, or an LM with ``prompt``. ``steps``: which generated
     steps (ints, a range; default all; for a prompt: positions, default all). ``top_k``
     tokens are kept per (layer, step); ``keep_logits=True`` also keeps every layer's full
-    logits (layers + 1, n, vocab) in ``Lens.logits``.
+    logits (layers + 1, n, vocab) in ``Lens.logits``. ``row``: which row of a batch (or
+    beam / sample); ``chat``, ``system``: how a text prompt is encoded (chat template,
+    system message).
+
+    >>> lens = genlab.logit_lens(res)     # res = lm.generate(..., chat=True)  # doctest: +SKIP
+    >>> lens.first_layer()                # where each token is first on top   # doctest: +SKIP
     """
     seq = as_sequence(source, prompt, row=row, chat=chat, system=system)
     model = seq.model
@@ -510,7 +515,14 @@ def attention(
     """The attention weights of every layer and head when the model produced generated
     token ``step`` (default the last): the query is the token before it, the keys the
     prompt and every token up to it. For an LM with a prompt, ``step`` is a position of the
-    prompt (default the last, whose prediction would be the first generated token)."""
+    prompt (default the last, whose prediction would be the first generated token).
+
+    source: a Run, a GenerationResult, or an LM with ``prompt``; row: which row of a batch;
+    chat, system: how a text prompt is encoded (chat template, system message).
+
+    >>> att = genlab.attention(res, step=5)      # doctest: +SKIP
+    >>> att.summary().head()                     # doctest: +SKIP
+    """
     seq = as_sequence(source, prompt, row=row, chat=chat, system=system)
     if seq.generated:
         available = [seq.start - 1 + s for s in range(seq.steps)]

@@ -252,6 +252,7 @@ class LM:
             system: a system message for a chat prompt;
             trace: record the distribution after every processor (True, or a dict of Trace options);
             seed: seeds the run's own random generator (sampling is then reproducible);
+            progress: show a progress bar (tokens so far, tokens/s) while it runs;
             config: any GenerationConfig field (``max_new_tokens=20``, ``num_beams=4`` ...).
 
         >>> res = lm.generate("What is the capital of France?", chat=True, max_new_tokens=12)
@@ -311,8 +312,8 @@ class LM:
         return score(self, text, **kwargs)
 
     def logit_lens(self, source, **kwargs):
-        """Each layer's next-token prediction for a run, a result, or a prompt (text): see
-        :func:`genlab.inside.logit_lens`."""
+        """Each layer's next-token prediction for ``source``: a run, a result, or a prompt
+        (text, messages or ids): see :func:`genlab.inside.logit_lens`."""
         from .inside import logit_lens
 
         if isinstance(source, (Run, GenerationResult)):
@@ -320,8 +321,8 @@ class LM:
         return logit_lens(self, source, **kwargs)
 
     def attention(self, source, **kwargs):
-        """Every layer's and head's attention for one generated token (or prompt position):
-        see :func:`genlab.inside.attention`."""
+        """Every layer's and head's attention for one generated token of ``source`` (a run,
+        a result, or a prompt): see :func:`genlab.inside.attention`."""
         from .inside import attention
 
         if isinstance(source, (Run, GenerationResult)):

@@ -86,9 +86,8 @@ class PrefixCache:
             return
         copy = cache.copy()
         copy.crop(keep)
-        rows = _rows(copy)
-        if rows is not None and rows > 1:
-            copy.reorder(torch.zeros(1, dtype=torch.long, device=ids.device))
+        # one row: every row of a single prompt holds the same prompt positions
+        copy.reorder(torch.zeros(1, dtype=torch.long, device=ids.device))
         self._entries = [e for e in self._entries if not (e.model is model and e.ids == prompt)]
         self._entries.insert(0, _Entry(model, prompt, copy))
         del self._entries[self.size :]
@@ -114,16 +113,3 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
             break
         n += 1
     return n
-
-
-def _rows(cache) -> int | None:
-    keys = getattr(cache, "keys", None)
-    if isinstance(keys, list) and keys and keys[0] is not None:
-        return int(keys[0].shape[0])
-    inner = getattr(cache, "inner", None)
-    layers = getattr(inner, "layers", None)
-    if layers:
-        k = getattr(layers[0], "keys", None)
-        if isinstance(k, torch.Tensor) and k.dim() == 4:
-            return int(k.shape[0])
-    return None

@@ -112,7 +112,15 @@ def sweep(
     module docstring). Other generation settings go in ``config`` (sampling is on unless
     the grid or config says ``do_sample=False``). ``progress``: an optional callable
     ``(done, total)`` called after each setting. Reproducible: the same arguments give the
-    same samples."""
+    same samples.
+
+    lm: an :class:`~genlab.lm.LM` (or any model :func:`genlab.load` takes); seed: the seed
+    of every setting's batch; max_new_tokens: the length of each sample; chat, system: how
+    the prompt is encoded (chat template, system message).
+
+    >>> sw = genlab.sweep(lm, "Describe the sea.", {"temperature": [0.5, 1]})  # doctest: +SKIP
+    >>> sw.metrics                                                 # doctest: +SKIP
+    """
     from .lm import LM
 
     if not isinstance(lm, LM):

@@ -195,7 +195,16 @@ class Tracer:
 
 
 class Trace:
-    """Tables (pandas) over the recorded steps. Plots live in :mod:`genlab.plots`."""
+    """Tables (pandas) over the recorded steps. Plots live in :mod:`genlab.plots`.
+
+    steps: the :class:`Tracer`'s step records; tokenizer: to show tokens as text;
+    prompt_length: tokens before the first generated one; run: the run they came from
+    (beam views read its returned sequences).
+
+    >>> res = lm.generate("Once upon a time", do_sample=True, seed=0, trace=True)  # doctest: +SKIP
+    >>> res.trace.steps()                   # one row per generated token  # doctest: +SKIP
+    >>> res.trace.stage_summary(0)          # what each processor did      # doctest: +SKIP
+    """
 
     def __init__(self, steps: list[StepRecord], tokenizer=None, prompt_length: int = 0, run=None):
         self.records = steps
@@ -207,8 +216,8 @@ class Trace:
         return len(self.records)
 
     def token_text(self, token_id: int) -> str:
-        """One token as a person reads it: its decoded text with edge spaces shown as ␣
-        (:func:`genlab.tokens.shown`); its id as text without a tokenizer."""
+        """Token ``token_id`` as a person reads it: its decoded text with edge spaces shown
+        as ␣ (:func:`genlab.tokens.shown`); its id as text without a tokenizer."""
         return shown(self.tokenizer, token_id)
 
     def stages(self) -> list[str]:
@@ -316,7 +325,8 @@ class Trace:
 
     def transition_scores(self, normalize_logits: bool = False) -> pd.DataFrame:
         """The scores of the chosen tokens, as ``compute_transition_scores`` gives them for
-        greedy and sampling (the processed score, or its log-softmax when normalising)."""
+        greedy and sampling: the processed score, or with ``normalize_logits=True`` its
+        log-softmax."""
         out = []
         for rec in self.records:
             final = rec.stages[-1]
@@ -372,7 +382,7 @@ class Trace:
         return pd.DataFrame(out)
 
     def topk(self, step: int, row: int = 0, stage: str = "final") -> pd.DataFrame:
-        """The top-k table of one stage at one step."""
+        """The top-k table of one ``stage`` at one ``step``, for sequence ``row``."""
         t = self.table(stage=stage)
         return t[(t.step == step) & (t.row == row)].reset_index(drop=True)
 

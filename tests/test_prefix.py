@@ -122,3 +122,12 @@ def test_progress_bar_counts_tokens(capsys):
     err = capsys.readouterr().err
     assert res.sequences.shape[1] == PROMPT.shape[1] + 5
     assert "5/5" in err and "tok" in err
+
+
+def test_a_beam_runs_prompt_is_kept_as_one_row():
+    from genlab.models.table import TableLM
+
+    lm = genlab.LM(TableLM.classic())
+    lm.generate("The", num_beams=2, max_new_tokens=3)
+    out = lm.generate("The", max_new_tokens=3)  # one row again, from the kept prompt
+    assert out.sequences.shape[0] == 1 and lm.prefix_cache.hits == 1

@@ -375,3 +375,11 @@ def test_editing_the_config_then_stepping_refuses_a_switch_without_change(model)
     _assert_same_state(run, before)
     run.config.num_beams = 1
     _assert_same_future(run, before)
+
+
+def test_clear_forced_drops_the_queue(model):
+    run, _, _ = _start(model, "greedy")
+    run.force([40, 41])
+    run.step()
+    run.rewind(1)
+    assert run.clear_forced() == (40, 41) and run.pending_forced == ()

@@ -41,8 +41,11 @@ def lens_heatmap(
     coloured by the probability that layer gives the token finally chosen, with the
     layer's own top token written in it.
 
-    steps, layers: subsets to show (``lens.steps`` values / layer numbers 0 ..
-    num_layers; default all); highlight: a step whose column gets a blue frame.
+    lens: a :class:`~genlab.inside.Lens`; steps, layers: subsets to show (``lens.steps``
+    values / layer numbers 0 .. num_layers; default all); highlight: a step whose column
+    gets a blue frame; width: the figure's width in inches (default: fit, at most 10).
+
+    >>> genlab.plots.lens_heatmap(genlab.logit_lens(res))            # doctest: +SKIP
     """
     cols = list(range(len(lens.steps))) if steps is None else [lens.steps.index(s) for s in steps]
     rows = list(range(lens.num_layers + 1)) if layers is None else list(layers)
@@ -116,7 +119,13 @@ def attention_heatmap(
 ) -> Figure:
     """Top: a layer x head summary (``metric``: "entropy" of the weights, or "max_weight");
     bottom: one head's weights over the prompt and the tokens before (default: the head
-    that puts the most weight on one token other than the first and the query itself)."""
+    that puts the most weight on one token other than the first and the query itself).
+
+    att: an :class:`~genlab.inside.Attention`; layer, head: the head to show in full;
+    width: the figure's width in inches (default: fit, at most 10).
+
+    >>> genlab.plots.attention_heatmap(genlab.attention(res, step=5))  # doctest: +SKIP
+    """
     if metric not in ("entropy", "max_weight"):
         raise ValueError(f"metric={metric!r}: choose 'entropy' or 'max_weight'")
     w = att.weights.numpy()  # (layers, heads, keys)
@@ -176,7 +185,13 @@ def attention_heatmap(
 
 def score_bars(scores, row: int = 0, *, width: float | None = None) -> Figure:
     """Probability the model gave each token of a text (bars, coloured by it) and the
-    entropy of its distribution there (line)."""
+    entropy of its distribution there (line).
+
+    scores: what ``lm.score`` returns; row: which text of a batch; width: the figure's
+    width in inches (default: fit, at most 10).
+
+    >>> genlab.plots.score_bars(lm.score("The capital of France is Paris."))  # doctest: +SKIP
+    """
     t = scores.table[scores.table.row == row]
     n = len(t)
     fig = Figure(
@@ -224,7 +239,14 @@ def sweep_metrics(
     sw, *, metrics: Sequence[str] | None = None, width: float | None = None
 ) -> Figure:
     """One panel per metric: the first grid field on the x axis, one line per value of the
-    other fields."""
+    other fields.
+
+    sw: a :class:`~genlab.sweeps.SweepResult`; metrics: which metrics (default all);
+    width: the figure's width in inches (default: fit, at most 10).
+
+    >>> sw = genlab.sweep(lm, "Hi", {"temperature": [0.5, 1]})    # doctest: +SKIP
+    >>> genlab.plots.sweep_metrics(sw)                            # doctest: +SKIP
+    """
     from ..sweeps import METRICS
 
     metrics = list(metrics or METRICS)

@@ -79,8 +79,9 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
         for tok, p, chosen in zip(top.token, top.prob, top.chosen):
             colour = "#f28e2b" if chosen else "#9aa5b1"
             weight = "font-weight:bold;color:#8a4500;" if chosen else ""
+            note = "chosen: " if chosen else ""
             cells.append(
-                f'<td style="padding:1px 6px;white-space:nowrap;{weight}" title="{"chosen: " if chosen else ""}'
+                f'<td style="padding:1px 6px;white-space:nowrap;{weight}" title="{note}'
                 f'{html.escape(show_token(tok))} p={p:.4f}">'
                 f"{html.escape(show_token(tok))} {prob_text(p)}"
                 f'<div style="background:{colour};height:5px;width:{max(1, round(70 * p))}px">'
@@ -339,9 +340,12 @@ class StepDebugger(widgets.VBox):
             if run.step_index > 0:
                 run.rewind(1)
                 rewound = True
+            dropped = run.clear_forced()  # rewinding put the step's own forced token back
             try:
                 run.force(token)
             except Exception:
+                if dropped:
+                    run.force(list(dropped))
                 if rewound:
                     run.step()  # back where it was: a refused token changes nothing
                 raise
@@ -450,7 +454,8 @@ class StepDebugger(widgets.VBox):
                 self._pending = 0
 
     def wait(self, timeout: float = 10.0) -> None:
-        """Wait until the view of the last action is drawn (after button clicks)."""
+        """Wait until the view of the last action is drawn (after button clicks), at most
+        ``timeout`` seconds."""
         end = time.perf_counter() + timeout
         while self._pending and time.perf_counter() < end:
             time.sleep(0.005)

@@ -42,9 +42,13 @@ class LensView(widgets.VBox):
     source: an :class:`~genlab.lm.LM` (with ``prompt``, ``chat`` and generation settings,
     greedy and 12 new tokens unless given), or a finished Run / GenerationResult.
 
+    seed: the seed of the generation; top_k: tokens listed per (layer, step).
+
     For code and tests: ``lens`` (a :class:`~genlab.inside.Lens`), ``attention`` (the
     :class:`~genlab.inside.Attention` of the selected step), ``select(step, layer=None,
     head=None)``, ``generate(prompt)``, ``error`` (the last failure, None after success).
+
+    >>> LensView(lm, "What is the capital of France?", chat=True)   # doctest: +SKIP
     """
 
     def __init__(self, source: Any, prompt: Any = "What is the capital of France?", *,
@@ -203,8 +207,15 @@ class SweepView(widgets.VBox):
     """A sampling sweep over a grid typed as comma-separated values per setting (see the
     module docstring).
 
+    lm: the LM to sample from; prompt: the prompt (text, messages or ids); grid: the
+    settings and their values (default temperature x top_p); n: samples per setting;
+    seed, max_new_tokens: as in :func:`genlab.sweep`; chat: apply the chat template;
+    run: start the sweep at once.
+
     For code and tests: ``grid_boxes`` (setting -> Text), ``run_sweep()``, ``result`` (the
     :class:`~genlab.sweeps.SweepResult`), ``error``.
+
+    >>> SweepView(lm, "Describe the sea.", {"temperature": [0.5, 1.0]}, n=8)  # doctest: +SKIP
     """
 
     def __init__(self, lm, prompt: Any = "Once upon a time", grid: dict | None = None, *,

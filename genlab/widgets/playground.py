@@ -228,7 +228,7 @@ class Playground(LiveView):
         return self.lm.result(run)
 
     def stream(self, run, job: Job) -> None:
-        """The tokens generated so far, as they come."""
+        """Show the tokens ``run`` generated so far (called by the worker during ``job``)."""
         n = run.prompt_length
         text = self.lm.tokenizer.decode(run.sequences[0, n:].tolist(), skip_special_tokens=True)
         prompt = None if self.chat_box.value else self.prompt_box.value
