@@ -81,6 +81,7 @@ def start_run(
             seed=seed,
             return_dict_in_generate=True,
             output_scores=True,
+            prefix_cache=getattr(lm, "prefix_cache", None),  # a re-run reuses the prompt
         )
     if tracer_class is not None:
         run.attach_tracer(tracer_class(run, top_k=trace_top_k))
