@@ -79,6 +79,12 @@ def allowed_where_reference_fails(kw: dict) -> bool:
     # (trust_remote_code=True, a download): genlab has them built in
     if kw.get("dola_layers") is not None:
         return True
+    # an integer penalty or temperature (2 for 2.0): the reference's processors insist on a
+    # Python float; genlab takes any positive real number
+    for name in ("repetition_penalty", "encoder_repetition_penalty", "temperature"):
+        value = kw.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return True
     alpha = kw.get("penalty_alpha")
     return isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha > 0
 
@@ -99,6 +105,7 @@ def test_random_configs_agree_with_the_reference(hf_llama):
         max_examples=100,
         deadline=None,
         database=None,
+        derandomize=True,  # the same examples in every CI run (no flaky failures)
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(SETTINGS)
