@@ -41,6 +41,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .tokens import token_text
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_HASHING_KEY = 15485863  # the millionth prime, the reference's default key
@@ -1109,19 +1111,6 @@ class WatermarkDetector:
 # --------------------------------------------------------------------------------------
 # tables and HTML
 # --------------------------------------------------------------------------------------
-
-
-def token_text(tokenizer, token_id: int) -> str:
-    """Readable text of one token: ``tokenizer.decode([id])``, a callable, or ``str(id)``."""
-    if tokenizer is None:
-        return str(token_id)
-    if hasattr(tokenizer, "decode"):
-        return tokenizer.decode([token_id])
-    if callable(tokenizer):
-        return str(tokenizer(token_id))
-    raise ValueError(
-        f"tokenizer must have decode(ids) or be a callable id -> text, got {tokenizer!r}"
-    )
 
 
 def greenlist_table(
