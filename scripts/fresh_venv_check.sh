@@ -54,9 +54,9 @@ t "runtime installed"
 grep -q "Paris" "$OUT/demo.txt" || { cat "$OUT/demo.txt"; echo "demo: no Paris"; exit 1; }
 t "demo ok"
 
-# 4. test runners only (no genlab extras, no transformers), then the runtime-only tests and
+# 4. test tools only (pytest, nbval, hypothesis; no genlab extras, no transformers), then the runtime-only tests and
 #    notebooks 01 and 08 (the test runner's script, so the checkout is not on sys.path)
-$PIP install pytest pytest-xdist nbval ipykernel
+$PIP install pytest pytest-xdist nbval ipykernel hypothesis
 if "$FRESH/bin/python" -c "import transformers" 2>/dev/null; then
   echo "the test runners pulled transformers"; exit 1
 fi
