@@ -24,8 +24,7 @@ from ..tokens import shown
 from ..trace import Tracer
 from .config_panel import FOCUS_CSS, ConfigPanel
 from .live import LiveView, initial_config, start_run
-from .playground import with_static_html
-from .render import frame_html, message, png_html, show_figure
+from .render import StaticSnapshot, frame_html, message, png_html, show_figure, static_head
 from .worker import Job
 
 WATERMARK_PROCESSOR = "WatermarkLogitsProcessor"
@@ -71,7 +70,7 @@ def generated_colours(sequence, prompt_length: int, config, tokenizer, vocab_siz
     return table.reset_index(drop=True)
 
 
-class WatermarkExplorer(LiveView):
+class WatermarkExplorer(StaticSnapshot, LiveView):
     """The green-list watermark of one generation (see the module docstring).
 
     watermarking_config: a :class:`WatermarkingConfig` (default: the reference's
@@ -171,15 +170,10 @@ class WatermarkExplorer(LiveView):
     def static_html(self) -> str:
         """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
         return (
-            '<div class="genlab-static">'
-            f"<b>genlab watermark explorer</b> &middot; {html.escape(str(self.lm.name))}"
-            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
-            f"{self.status.value}{self.text_view.value}{self.detection_view.value}"
+            static_head("watermark explorer", str(self.lm.name), str(self.prompt_box.value))
+            + f"{self.status.value}{self.text_view.value}{self.detection_view.value}"
             f"{png_html(self.z_png, 'running z')}</div>"
         )
-
-    def _repr_mimebundle_(self, **kwargs):
-        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
@@ -323,7 +317,7 @@ def node_paths(tree: pd.DataFrame) -> dict[int, list[int]]:
     return paths
 
 
-class BeamExplorer(LiveView):
+class BeamExplorer(StaticSnapshot, LiveView):
     """Beam search step by step: the tree, the hypothesis pool, the early-stop numbers.
 
     num_beams and other settings as config kwargs (20 new tokens unless given); the step
@@ -422,15 +416,10 @@ class BeamExplorer(LiveView):
     def static_html(self) -> str:
         """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
         return (
-            '<div class="genlab-static">'
-            f"<b>genlab beam explorer</b> &middot; {html.escape(str(self.lm.name))}"
-            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
-            f"{self.status.value}{self.outcome_view.value}{png_html(self.tree_png, 'beam tree')}"
+            static_head("beam explorer", str(self.lm.name), str(self.prompt_box.value))
+            + f"{self.status.value}{self.outcome_view.value}{png_html(self.tree_png, 'beam tree')}"
             f"{self.candidates_view.value}{self.early_view.value}</div>"
         )
-
-    def _repr_mimebundle_(self, **kwargs):
-        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
