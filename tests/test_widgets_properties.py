@@ -12,11 +12,11 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_widgets import WORDS, SlowModel
 
 import genlab
 from genlab.models.table import TableLM
 from genlab.widgets.playground import Playground
-from tests.test_widgets import WORDS, SlowModel
 
 VALUES = {
     "max_new_tokens": st.one_of(st.integers(-2, 9), st.just("x"), st.just(2.5), st.none()),
