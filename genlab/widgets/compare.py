@@ -22,16 +22,8 @@ import pandas as pd
 from ..config import GenerationConfig
 from .config_panel import FOCUS_CSS, ConfigPanel
 from .live import LiveView, initial_config, start_run
-from .playground import result_html, token_table
-from .render import (
-    StaticSnapshot,
-    frame_html,
-    png_html,
-    prob_legend,
-    show_figure,
-    static_head,
-    text_block,
-)
+from .playground import result_html, token_table, with_static_html
+from .render import frame_html, png_html, prob_legend, show_figure, text_block
 from .worker import Job
 
 
@@ -50,7 +42,7 @@ def _named_configs(configs) -> dict[str, dict | GenerationConfig]:
     return named
 
 
-class CompareView(StaticSnapshot, LiveView):
+class CompareView(LiveView):
     """Side-by-side generations of one prompt and seed (see the module docstring).
 
     configs: {label: dict of settings or GenerationConfig}, or a list (labelled
@@ -151,10 +143,15 @@ class CompareView(StaticSnapshot, LiveView):
             for label, view in self.text_views.items()
         )
         return (
-            static_head("compare", str(self.lm.name), str(self.prompt_box.value))
-            + f'{prob_legend()}<div style="display:flex;flex-wrap:wrap">{columns}</div>'
+            '<div class="genlab-static">'
+            f"<b>genlab compare</b> &middot; {html.escape(str(self.lm.name))}"
+            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
+            f'{prob_legend()}<div style="display:flex;flex-wrap:wrap">{columns}</div>'
             f"{self.summary_view.value}{png_html(self.plot_png, 'log-probs')}</div>"
         )
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job) -> dict[str, Any]:

@@ -32,15 +32,14 @@ from ..tokens import show_token
 from ..trace import Tracer
 from .config_panel import FOCUS_CSS, WARNINGS_LOCK, ConfigPanel
 from .live import initial_config
+from .playground import with_static_html
 from .render import (
-    StaticSnapshot,
     frame_html,
     message,
     png_html,
     prob_legend,
     prob_text,
     show_figure,
-    static_head,
     steps_table,
     text_block,
     token_spans,
@@ -124,7 +123,7 @@ def parse_typed_token(text: str):
     return text
 
 
-class StepDebugger(StaticSnapshot, widgets.VBox):
+class StepDebugger(widgets.VBox):
     """Step / Run / Rewind / Fork over a :class:`Run`, with the waterfall of each step.
 
     lm: a :class:`genlab.LM`; prompt, chat, seed as in ``lm.start``; trace_top_k:
@@ -390,10 +389,14 @@ class StepDebugger(StaticSnapshot, widgets.VBox):
     def static_html(self) -> str:
         """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
         return (
-            static_head("step debugger", str(self.lm.name))
-            + f"{self.status.value}{self.text_view.value}{prob_legend()}"
+            '<div class="genlab-static">'
+            f"<b>genlab step debugger</b> &middot; {html.escape(str(self.lm.name))}"
+            f"{self.status.value}{self.text_view.value}{prob_legend()}"
             f"{self.waterfall_view.value}{png_html(self.waterfall_png, 'waterfall')}</div>"
         )
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- internals -----------------------------------------------------------------------
     def _guard(self, fn, *args) -> None:

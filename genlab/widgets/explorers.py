@@ -24,7 +24,8 @@ from ..tokens import shown
 from ..trace import Tracer
 from .config_panel import FOCUS_CSS, ConfigPanel
 from .live import LiveView, initial_config, start_run
-from .render import StaticSnapshot, frame_html, message, png_html, show_figure, static_head
+from .playground import with_static_html
+from .render import frame_html, message, png_html, show_figure
 from .worker import Job
 
 WATERMARK_PROCESSOR = "WatermarkLogitsProcessor"
@@ -70,7 +71,7 @@ def generated_colours(sequence, prompt_length: int, config, tokenizer, vocab_siz
     return table.reset_index(drop=True)
 
 
-class WatermarkExplorer(StaticSnapshot, LiveView):
+class WatermarkExplorer(LiveView):
     """The green-list watermark of one generation (see the module docstring).
 
     watermarking_config: a :class:`WatermarkingConfig` (default: the reference's
@@ -170,10 +171,15 @@ class WatermarkExplorer(StaticSnapshot, LiveView):
     def static_html(self) -> str:
         """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
         return (
-            static_head("watermark explorer", str(self.lm.name), str(self.prompt_box.value))
-            + f"{self.status.value}{self.text_view.value}{self.detection_view.value}"
+            '<div class="genlab-static">'
+            f"<b>genlab watermark explorer</b> &middot; {html.escape(str(self.lm.name))}"
+            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
+            f"{self.status.value}{self.text_view.value}{self.detection_view.value}"
             f"{png_html(self.z_png, 'running z')}</div>"
         )
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
@@ -317,7 +323,7 @@ def node_paths(tree: pd.DataFrame) -> dict[int, list[int]]:
     return paths
 
 
-class BeamExplorer(StaticSnapshot, LiveView):
+class BeamExplorer(LiveView):
     """Beam search step by step: the tree, the hypothesis pool, the early-stop numbers.
 
     num_beams and other settings as config kwargs (20 new tokens unless given); the step
@@ -416,10 +422,15 @@ class BeamExplorer(StaticSnapshot, LiveView):
     def static_html(self) -> str:
         """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
         return (
-            static_head("beam explorer", str(self.lm.name), str(self.prompt_box.value))
-            + f"{self.status.value}{self.outcome_view.value}{png_html(self.tree_png, 'beam tree')}"
+            '<div class="genlab-static">'
+            f"<b>genlab beam explorer</b> &middot; {html.escape(str(self.lm.name))}"
+            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
+            f"{self.status.value}{self.outcome_view.value}{png_html(self.tree_png, 'beam tree')}"
             f"{self.candidates_view.value}{self.early_view.value}</div>"
         )
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):

@@ -29,7 +29,6 @@ from ..tokens import show_token
 from .config_panel import FOCUS_CSS, ConfigPanel
 from .live import LiveView, initial_config, start_run
 from .render import (
-    StaticSnapshot,
     frame_html,
     message,
     png_html,
@@ -40,6 +39,20 @@ from .render import (
     token_spans,
 )
 from .worker import Job
+
+
+def with_static_html(widget, bundle):
+    """Add ``widget.static_html()`` to a widget's mime bundle as ``text/html``: JupyterLab
+    with a kernel shows the live widget, GitHub / nbconvert / a notebook opened without
+    its kernel show the panel's last state."""
+    data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+    data = dict(data or {})
+    try:
+        data["text/html"] = widget.static_html()
+    except Exception as err:  # never let the fallback break the display
+        data["text/html"] = f"<pre>{html.escape(repr(err))}</pre>"
+    return (data, meta) if meta else data
+
 
 TABLE_COLUMNS = ["step", "token", "token_id", "logprob", "prob", "rank", "entropy", "top"]
 
@@ -84,7 +97,7 @@ def result_html(table: pd.DataFrame, prompt: str | None = None, marks=()) -> str
     return text_block(token_spans(texts, list(table.prob), titles, marks), prompt=prompt)
 
 
-class Playground(StaticSnapshot, LiveView):
+class Playground(LiveView):
     """Prompt box, ConfigPanel, seed, and a live result (see the module docstring).
 
     lm: a :class:`genlab.LM`; prompt: the starting prompt; chat: wrap it as a user message
@@ -196,6 +209,9 @@ class Playground(StaticSnapshot, LiveView):
             parts.append(frame_html(shown_columns(self.table)))
         parts += [png_html(self.probs_png, "probabilities"), png_html(self.topk_png, "top-k")]
         return f'<div class="genlab-static">{"".join(parts)}</div>'
+
+    def _repr_mimebundle_(self, **kwargs):
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):

@@ -239,31 +239,3 @@ def steps_table(trace, row: int = 0, n: int = 3) -> pd.DataFrame:
     table["token"] = [show_token(t) for t in table.token]
     table["top"] = alternatives(trace, row=row, n=n)
     return table
-
-
-def static_head(title: str, name: str, prompt: str | None = None) -> str:
-    """The opening of a panel's static snapshot: ``genlab <title> · <model>`` and the
-    prompt (close it with ``</div>``)."""
-    head = f'<div class="genlab-static"><b>genlab {title}</b> &middot; {html.escape(name)}'
-    if prompt is not None:
-        head += f"<div><i>prompt</i>: {html.escape(prompt)}</div>"
-    return head
-
-
-class StaticSnapshot:
-    """Mixin for panels: their mime bundle carries ``static_html()`` as ``text/html``
-    beside the live widget. JupyterLab with a kernel shows the widget; GitHub, nbconvert
-    and a notebook opened without its kernel show the panel's last state."""
-
-    def static_html(self) -> str:  # pragma: no cover - every panel defines its own
-        raise NotImplementedError
-
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data = dict(data or {})
-        try:
-            data["text/html"] = self.static_html()
-        except Exception as err:  # never let the fallback break the display
-            data["text/html"] = f"<pre>{html.escape(repr(err))}</pre>"
-        return (data, meta) if meta else data
