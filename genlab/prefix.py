@@ -15,6 +15,7 @@ part. The last prompt token always runs again: its logits are the first step's.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ class PrefixCache:
             raise ValueError(f"PrefixCache size must be >= 1, got {size}")
         self.size = int(size)
         self._entries: list[_Entry] = []
+        self._lock = threading.Lock()  # widgets run generations in worker threads
         self.hits = 0
         self.reused_tokens = 0
 
@@ -61,7 +63,9 @@ class PrefixCache:
         or None. The copy is the run's own: later runs never see its changes."""
         prompt = ids[0].tolist()
         best, shared = None, 0
-        for entry in self._entries:
+        with self._lock:
+            entries = list(self._entries)
+        for entry in entries:
             if entry.model is not model:
                 continue
             n = _common_prefix(entry.ids, prompt)
@@ -88,13 +92,14 @@ class PrefixCache:
         copy.crop(keep)
         # one row: every row of a single prompt holds the same prompt positions
         copy.reorder(torch.zeros(1, dtype=torch.long, device=ids.device))
-        self._entries = [e for e in self._entries if not (e.model is model and e.ids == prompt)]
-        self._entries.insert(0, _Entry(model, prompt, copy))
-        del self._entries[self.size :]
+        with self._lock:
+            kept = [e for e in self._entries if not (e.model is model and e.ids == prompt)]
+            self._entries = [_Entry(model, prompt, copy), *kept][: self.size]
 
     def clear(self) -> None:
         """Forget every prompt."""
-        self._entries.clear()
+        with self._lock:
+            self._entries = []
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -80,10 +80,21 @@ set +e
 "$VENV/bin/python" "$ROOT/tests/browser/ui_check.py" "http://127.0.0.1:$PORT" \
   "panels.ipynb" "$ARTIFACTS" "$MODE"
 RC=$?
+if [ "$MODE" = "normal" ] && [ $RC -ne 0 ]; then
+  # Known flake (2026-11-24, about 1 run in 3 on a 2-core machine): a widget's comm model is
+  # sometimes "not found" by the page, or Run All stalls. A second run decides; a real
+  # failure fails both.
+  echo "browser check failed once; running it again"
+  "$VENV/bin/python" "$ROOT/tests/browser/ui_check.py" "http://127.0.0.1:$PORT" \
+    "panels.ipynb" "$ARTIFACTS" "$MODE"
+  RC=$?
+fi
 set -e
 # 7. The demo app as Voila serves it (tests/browser/voila_check.py starts its own server)
 if [ "$MODE" = "normal" ] && [ $RC -eq 0 ]; then
-  "$VENV/bin/python" "$ROOT/tests/browser/voila_check.py" "$ARTIFACTS" || RC=$?
+  "$VENV/bin/python" "$ROOT/tests/browser/voila_check.py" "$ARTIFACTS" \
+    || { echo "Voila check failed once; running it again"; \
+         "$VENV/bin/python" "$ROOT/tests/browser/voila_check.py" "$ARTIFACTS"; } || RC=$?
 fi
 echo "browser test: $(( $(date +%s) - START )) s in all (rc $RC)"
 if [ "$MODE" = "--no-widgets" ]; then
