@@ -571,8 +571,9 @@ class Run:
             user_rng = torch.get_rng_state()
             torch.set_rng_state(self.state.rng)
         try:
-            state = copy.copy(self.state)  # the step writes a new state object ...
-            state.recorded = {k: list(v) for k, v in state.recorded.items()}
+            # the step writes a new state object (its recorded lists are shared: the undo
+            # truncates them back) ...
+            state = copy.copy(self.state)
             self.state = state
             record, took = self._compute(state, want_record)
         except BaseException:

@@ -33,7 +33,6 @@ def take_snapshot(run, undo: Undo | None = None) -> Snapshot:
         rng=(rng if rng is not None else torch.get_rng_state()).clone(),
         config=copy.deepcopy(run.config),
         forced=list(st.forced),
-        streaming=st.streaming,
     )
 
 

@@ -195,4 +195,3 @@ class Snapshot:
     config: Any  # the user's config as it was
     forced: list[int]  # the queue before the step
     took_forced: int | None = None  # the forced id this step took (for replays)
-    streaming: bool = False
