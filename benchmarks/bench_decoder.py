@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import genlab  # noqa: E402
 from genlab.models.architectures import build_decoder  # noqa: E402
-from genlab.models.llama import split_matmul  # noqa: E402
+from genlab.models.matmul import matmul  # noqa: E402
 
 PROMPT = "What is the capital of France?"
 
@@ -273,11 +273,11 @@ def matvec_floor(lm, steps: int = 20) -> float:
     for _ in range(steps):
         start = time.perf_counter()
         for layer in lm.layers:
-            split_matmul(x, layer.qkv)
-            split_matmul(x, layer.o, add=x)
-            split_matmul(x, layer.gate_up)
-            split_matmul(inter, layer.down, add=x)
-        split_matmul(x, lm.head)
+            matmul(x, layer.qkv)
+            matmul(x, layer.o, add=x)
+            matmul(x, layer.gate_up)
+            matmul(inter, layer.down, add=x)
+        matmul(x, lm.head)
         best = min(best, time.perf_counter() - start)
     return best
 

@@ -34,7 +34,8 @@ from genlab.models.architectures import (
 )
 from genlab.models.base import KVCache, ModelInfo
 from genlab.models.gpt2 import GPT2Decoder
-from genlab.models.llama import LlamaDecoder, row_blocks
+from genlab.models.llama import LlamaDecoder
+from genlab.models.matmul import can_pack, dense_weight, pack_weight, row_blocks
 
 hf_logging.set_verbosity_error()
 TOL = 1e-4
@@ -162,8 +163,12 @@ def test_llama_gqa_untied_matches_reference():
     hf_model = tiny_llama()
     lm = genlab_from(hf_model)
     assert isinstance(lm, LlamaDecoder)
-    assert lm.head.untyped_storage().data_ptr() != lm.embed.untyped_storage().data_ptr()
+    assert lm.head.is_mkldnn  # packed (oneDNN) on the CPU
+    assert not torch.equal(dense_weight(lm.head), lm.embed)
     assert_logits_match(hf_model, lm)
+    split = genlab_from(hf_model, packed=False)
+    assert split.head.untyped_storage().data_ptr() != split.embed.untyped_storage().data_ptr()
+    assert_logits_match(hf_model, split)
 
 
 def test_llama_tied_mha_explicit_head_dim_and_llama3_rope_match_reference():
@@ -175,8 +180,11 @@ def test_llama_tied_mha_explicit_head_dim_and_llama3_rope_match_reference():
         num_key_value_heads=4, head_dim=24, tie_word_embeddings=True, rope_scaling=rope
     )
     lm = genlab_from(hf_model)
-    assert lm.head.untyped_storage().data_ptr() == lm.embed.untyped_storage().data_ptr()
+    assert torch.equal(dense_weight(lm.head), lm.embed)  # packed: a copy of the embedding
     assert_logits_match(hf_model, lm)
+    split = genlab_from(hf_model, packed=False)  # row blocks: a view of the embedding
+    assert split.head.untyped_storage().data_ptr() == split.embed.untyped_storage().data_ptr()
+    assert_logits_match(hf_model, split)
 
 
 def test_llama_with_biases_and_linear_rope_matches_reference():
@@ -209,9 +217,12 @@ def test_gpt2_matches_reference(tied):
     hf_model = tiny_gpt2(tie_word_embeddings=tied)
     lm = genlab_from(hf_model)
     assert isinstance(lm, GPT2Decoder)
-    shared = lm.head.untyped_storage().data_ptr() == lm.wte.untyped_storage().data_ptr()
-    assert shared == tied
+    assert torch.equal(dense_weight(lm.head), lm.wte) == tied
     assert_logits_match(hf_model, lm)
+    split = genlab_from(hf_model, packed=False)
+    shared = split.head.untyped_storage().data_ptr() == split.wte.untyped_storage().data_ptr()
+    assert shared == tied
+    assert_logits_match(hf_model, split)
 
 
 def test_gpt2_inverse_layer_scaling_matches_reference_eager():
@@ -223,12 +234,13 @@ def test_gpt2_inverse_layer_scaling_matches_reference_eager():
 
 
 def build_with_parts(hf_model, parts):
-    """build_decoder's steps, with an explicit number of row blocks per matrix."""
+    """build_decoder's steps, with matrices as an explicit number of row blocks."""
     config = hf_model.config.to_dict()
     family = FAMILIES[MODEL_TYPES[config["model_type"]]]
     settings = family.settings({**family.defaults[config["model_type"]], **config})
     tensors = select_tensors(hf_model.state_dict(), family.expected_shapes(settings), "")
-    return family.build(settings, tensors, ModelInfo(vocab_size=VOCAB), parts=parts)
+    info = ModelInfo(vocab_size=VOCAB)
+    return family.build(settings, tensors, info, parts=parts, packed=False)
 
 
 @pytest.mark.parametrize("parts", [1, 3, 4])

@@ -528,7 +528,9 @@ def test_demo_logits_match_transformers_and_answer_paris(demo):
     with torch.no_grad():
         want = hf_model(ids).logits
     got = forward_logits(model, ids)
-    assert (got - want).abs().max().item() <= 1e-4
+    # float32 sums in another order (oneDNN's packed products): logits of size ~20 agree to
+    # about 1e-4
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
     # greedy continuation with the cache, one token at a time
     cache, mask, tokens = model.new_cache(1), torch.ones_like(ids), []
     step_ids, positions = ids, torch.arange(ids.shape[1])[None]

@@ -81,6 +81,7 @@ def build_decoder(
     name: str = "model",
     generation_defaults: dict | None = None,
     dtype: torch.dtype | None = torch.float32,
+    packed: bool | None = None,
 ):
     """A built-in decoder for ``config`` (a config.json dict) with weights from ``state_dict``.
 
@@ -88,8 +89,13 @@ def build_decoder(
     ``transformer.h.0.attn.c_attn.weight``; ``lm_head.weight`` may be absent when tied; the
     ``model.`` / ``transformer.`` prefix may be absent). Tensors are converted to ``dtype``
     (float32 by default; None keeps them as they are); tensors already in that dtype are used
-    without a copy where the layout allows, so the decoder may share memory with
-    ``state_dict``. Extra tensors are ignored.
+    without a copy where the layout allows. Extra tensors are ignored.
+
+    ``packed`` chooses the form of the weight matrices
+    (:func:`~genlab.models.matmul.pack_weight`): None (default) packs them into oneDNN's
+    layout where torch supports it (the CPU, float32 and bfloat16: a copy, and the fastest
+    products for any number of rows), False keeps them as row blocks (views: the decoder
+    shares memory with ``state_dict``, and a tied head with the embedding).
 
     Raises ValueError for an unknown ``model_type``, missing tensors or wrong shapes, naming
     them. Returns a :class:`~genlab.models.llama.LlamaDecoder` or
@@ -115,7 +121,7 @@ def build_decoder(
     settings = read_settings(config)
     tensors = select_tensors(state_dict, family.expected_shapes(settings), family.prefix)
     info = model_info(full_config, settings, name, generation_defaults, family.max_positions_key)
-    return family.build(settings, tensors, info, dtype)
+    return family.build(settings, tensors, info, dtype, packed=packed)
 
 
 # config fields the decoders read as numbers: name -> (kind, may be None)

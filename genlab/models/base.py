@@ -268,7 +268,7 @@ class BuiltinDecoder:
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The output head alone, without the final norm: hidden states (rows, hidden) ->
         float32 logits (rows, vocab). DoLa reads earlier layers through it."""
-        from .matmul import head_logits  # the split-matrix product shared by both decoders
+        from .matmul import head_logits  # the packed-matrix product shared by both decoders
 
         return head_logits(hidden[:, None], self.head)[:, 0]
 

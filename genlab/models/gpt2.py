@@ -36,7 +36,7 @@ from genlab.models.llama import (
     sdpa_keep_mask,
     static_keep_mask,
 )
-from genlab.models.matmul import head_logits, row_blocks, split_matmul, split_weight
+from genlab.models.matmul import head_logits, matmul, pack_weight
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {
@@ -156,7 +156,7 @@ def expected_shapes(s: GPT2Settings) -> dict[str, tuple[int, ...]]:
 
 class GPT2Block:
     """One block's weights: LayerNorm vectors, biases, and the four projections in
-    :func:`~genlab.models.llama.split_weight` form (parts, out // parts, in)."""
+    :func:`~genlab.models.matmul.pack_weight` form."""
 
     __slots__ = (
         "ln1_weight",
@@ -198,7 +198,7 @@ class GPT2Decoder(BuiltinDecoder):
         self.wpe = wpe  # (max_positions, hidden)
         self.layers = blocks  # named as in LlamaDecoder (early-exit views slice it)
         self.ln_f = ln_f
-        self.head = head  # (parts, vocab // parts, hidden), see split_weight; wte's when tied
+        self.head = head  # (vocab, hidden) in pack_weight form (packed: a copy of wte's when tied)
         self.act = ACTIVATIONS[settings.activation]
         base = settings.head_dim**-0.5 if settings.scale_attn_weights else 1.0
         self.scales = [
@@ -221,10 +221,12 @@ class GPT2Decoder(BuiltinDecoder):
         info: ModelInfo,
         dtype: torch.dtype | None = torch.float32,
         parts: int | None = None,
+        packed: bool | None = None,
     ) -> GPT2Decoder:
         """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked).
 
-        parts: row blocks per matrix (default: torch's thread count), see split_weight.
+        packed, parts: the matrices' form, as in
+        :meth:`~genlab.models.llama.LlamaDecoder.from_tensors`.
         """
         target = parts or torch.get_num_threads()
 
@@ -233,7 +235,7 @@ class GPT2Decoder(BuiltinDecoder):
             return (t.to(dtype) if dtype is not None else t).contiguous()
 
         def split(weight: torch.Tensor) -> torch.Tensor:  # (out, in)
-            return split_weight(weight, row_blocks(weight.shape[0], target))
+            return pack_weight(weight, target, packed)
 
         blocks = []
         for i in range(settings.num_layers):
@@ -355,7 +357,7 @@ class GPT2Decoder(BuiltinDecoder):
         h = h.view(rows * new_len, hidden)
 
         x = F.layer_norm(h, (hidden,), block.ln1_weight, block.ln1_bias, s.layer_norm_eps)
-        qkv = (split_matmul(x, block.qkv) + block.qkv_bias).view(rows, new_len, 3, nh, d)
+        qkv = (matmul(x, block.qkv) + block.qkv_bias).view(rows, new_len, 3, nh, d)
         q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))  # (rows, nh, new, d)
         if cache is not None:
             k, v = cache.append(index, k, v)  # (rows, nh, past + new, d)
@@ -370,10 +372,10 @@ class GPT2Decoder(BuiltinDecoder):
         out = out.transpose(1, 2).reshape(rows * new_len, hidden)
 
         # projections with the residual added in the same product
-        h = split_matmul(out, block.proj, add=h) + block.proj_bias
+        h = matmul(out, block.proj, add=h) + block.proj_bias
         x = F.layer_norm(h, (hidden,), block.ln2_weight, block.ln2_bias, s.layer_norm_eps)
-        x = self.act(split_matmul(x, block.fc) + block.fc_bias)
-        h = split_matmul(x, block.out, add=h) + block.out_bias
+        x = self.act(matmul(x, block.fc) + block.fc_bias)
+        h = matmul(x, block.out, add=h) + block.out_bias
         return h.view(rows, new_len, hidden), weights
 
 

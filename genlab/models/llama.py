@@ -14,9 +14,10 @@ The weights are plain tensors (no ``nn.Module``), laid out for a lean decoding s
 * within each head, q/k rows are reordered so that the pairs RoPE rotates together are
   adjacent: RoPE is then one in-place complex multiplication by a table. Attention
   scores do not change (q and k share the order); keys in the cache are stored that way;
-* every matrix (the vocabulary head too) is used as blocks of rows, one per thread
-  (:func:`split_weight`, a view): a one-token step then reads the weights on every core at
-  close to the machine's memory bandwidth, where torch's one-row product uses a single core;
+* every matrix (the vocabulary head too) is packed once for fast products on all cores
+  (:func:`~genlab.models.matmul.pack_weight`: oneDNN's layout on the CPU, row blocks
+  elsewhere): one row (a decoding step) runs at close to the memory bandwidth, 4-16 rows
+  (beams, batches) at close to the arithmetic peak;
 * keys and values are written in place into :class:`~genlab.models.base.KVCache`;
 * the residual additions ride on the output projections (``baddbmm``), and the final norm
   and vocabulary projection run only on the positions whose logits are kept.
@@ -44,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
-from genlab.models.matmul import head_logits, row_blocks, split_matmul, split_weight
+from genlab.models.matmul import head_logits, matmul, pack_weight
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -554,7 +555,7 @@ def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 class LlamaLayer:
     """One decoder layer's weights, stored the way the forward pass uses them.
 
-    Matrices are in :func:`split_weight` form (parts, out // parts, in):
+    Matrices are in :func:`~genlab.models.matmul.pack_weight` form (out, in as shapes):
     qkv: out = q_out + 2 * kv_out, q and k rows interleaved for RoPE, columns scaled by the
     input RMSNorm weight times sqrt(hidden) (see ``LlamaDecoder._rms_divisor``); o: in =
     q_out, out = hidden; gate_up: out = 2 * intermediate (gate then up), columns scaled by
@@ -600,7 +601,7 @@ class LlamaDecoder(BuiltinDecoder):
         self.embed = embed  # (vocab, hidden)
         self.layers = layers
         self.norm = norm  # (hidden,)
-        self.head = head  # (parts, vocab // parts, hidden), see split_weight; embed's when tied
+        self.head = head  # (vocab, hidden), pack_weight form (packed: a copy of embed's if tied)
         self.rope = RotaryTable(rope_inverse_frequencies(settings))
         self.scale = settings.head_dim**-0.5
         floor = math.sqrt(settings.hidden_size * settings.rms_norm_eps)  # see _rms_divisor
@@ -624,10 +625,13 @@ class LlamaDecoder(BuiltinDecoder):
         info: ModelInfo,
         dtype: torch.dtype | None = torch.float32,
         parts: int | None = None,
+        packed: bool | None = None,
     ) -> LlamaDecoder:
         """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked).
 
-        parts: row blocks per matrix (default: torch's thread count), see split_weight.
+        packed: the matrices' form (see :func:`~genlab.models.matmul.pack_weight`): None
+        packs them where oneDNN works (the default), False keeps row blocks; parts: row
+        blocks per matrix in that form (default: torch's thread count).
         """
         target = parts or torch.get_num_threads()
 
@@ -639,7 +643,7 @@ class LlamaDecoder(BuiltinDecoder):
             return get(name) if name in tensors else None
 
         def split(weight: torch.Tensor) -> torch.Tensor:
-            return split_weight(weight, row_blocks(weight.shape[0], target))
+            return pack_weight(weight, target, packed)
 
         nh, nkv = settings.num_heads, settings.num_kv_heads
         norm_scale = math.sqrt(settings.hidden_size)
@@ -796,7 +800,7 @@ class LlamaDecoder(BuiltinDecoder):
 
         # attention: one matmul for q, k and v; RoPE on q and k together, in place
         x = h / self._rms_divisor(h)  # RMSNorm; its weight is folded into the qkv matrix
-        qkv = split_matmul(x, layer.qkv)  # (rows * new, (nh + 2 * nkv) * d), a new tensor
+        qkv = matmul(x, layer.qkv)  # (rows * new, (nh + 2 * nkv) * d), a new tensor
         if layer.qkv_bias is not None:
             qkv += layer.qkv_bias
         qkv = qkv.view(rows, new_len, nh + 2 * nkv, d)
@@ -818,17 +822,17 @@ class LlamaDecoder(BuiltinDecoder):
         out = out.reshape(rows * new_len, nh * d)
 
         # output projection with the residual added in the same product
-        h = split_matmul(out, layer.o, add=h)
+        h = matmul(out, layer.o, add=h)
         if layer.o_bias is not None:
             h += layer.o_bias
 
         # gated MLP: one matmul for gate and up
         x = h / self._rms_divisor(h)  # weight folded into the gate_up matrix
-        gate_up = split_matmul(x, layer.gate_up)  # a new tensor
+        gate_up = matmul(x, layer.gate_up)  # a new tensor
         if layer.gate_up_bias is not None:
             gate_up += layer.gate_up_bias
         gate, up = gate_up.chunk(2, dim=-1)
-        h = split_matmul(F.silu(gate).mul_(up), layer.down, add=h)
+        h = matmul(F.silu(gate).mul_(up), layer.down, add=h)
         if layer.down_bias is not None:
             h += layer.down_bias
         return h.view(rows, new_len, hidden), weights

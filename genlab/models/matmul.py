@@ -1,8 +1,21 @@
-"""Matrix products that use every core for one row, shared by the built-in decoders.
+"""Matrix products of the built-in decoders: weights packed once, products on every core.
 
-A decoding step multiplies one row (or a few) by each weight matrix. Split into row blocks,
-the same product becomes a batched one whose blocks run on all cores; under
-``torch.compile`` it is the opaque operator ``genlab::split_matmul``.
+Every weight matrix (out, in) is stored in the form :func:`pack_weight` chose for it and
+multiplied by :func:`matmul`:
+
+* **packed** (CPU, float32 / bfloat16, where torch has oneDNN): the matrix reordered once
+  into oneDNN's blocked layout. One product then runs on all cores for any number of rows:
+  one row (a decoding step) at close to the memory bandwidth, 4 to 16 rows (beams, batches,
+  ``num_return_sequences``) at close to the CPU's arithmetic peak, and a prompt several
+  times faster than torch's own CPU matrix product.
+* **split** (anything else, e.g. CUDA or float16): blocks of rows,
+  (parts, out // parts, in), a view of the matrix. A one-row product ``x @ W^T`` runs on a
+  single core in torch's CPU BLAS; as ``W @ x`` over blocks of rows it becomes a batched
+  product whose blocks run on separate cores.
+
+Under ``torch.compile`` a product is the operator ``genlab::matmul``, opaque to the compiler
+(inductor would otherwise rewrite the one-column batched product, or cannot take a packed
+weight).
 """
 
 from __future__ import annotations
@@ -20,37 +33,103 @@ def row_blocks(out_features: int, target: int) -> int:
 
 
 SPLIT_ROWS = 16  # measured crossover (2 cores): split blocks win up to 16 rows at a time
+PACK_ROWS = 16  # the row count oneDNN packs for; 1 to 200 rows all run well with it
+
+_PACKABLE: dict[torch.dtype, bool] = {}  # dtype -> oneDNN packing works here (probed once)
+
+
+def can_pack(weight: torch.Tensor) -> bool:
+    """True when ``weight`` can be stored packed: a CPU tensor of a dtype for which torch's
+    oneDNN linear runs and agrees with ``F.linear`` (probed once per dtype)."""
+    dtype = weight.dtype
+    if weight.device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
+        return False
+    if dtype not in _PACKABLE:
+        _PACKABLE[dtype] = _probe(dtype)
+    return _PACKABLE[dtype]
+
+
+def _probe(dtype: torch.dtype) -> bool:
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        gen = torch.Generator().manual_seed(0)
+        w = torch.randn(24, 40, generator=gen).to(dtype)
+        x = torch.randn(3, 40, generator=gen).to(dtype)
+        add = torch.randn(3, 24, generator=gen).to(dtype)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS)
+        want = F.linear(x.float(), w.float())
+        tol = 1e-4 if dtype == torch.float32 else 0.1
+        got = _packed(x, packed, None).float()
+        got_add = _packed(x, packed, add).float()
+        return bool(
+            torch.allclose(got, want, atol=tol, rtol=tol)
+            and torch.allclose(got_add, want + add.float(), atol=tol, rtol=tol)
+        )
+    except Exception:  # an operator missing from this torch build: use the split form
+        return False
+
+
+def pack_weight(weight: torch.Tensor, parts: int, packed: bool | None = None) -> torch.Tensor:
+    """(out, in) weight -> the form :func:`matmul` takes.
+
+    packed: True (oneDNN's layout: a new tensor, ``is_mkldnn``), False (the split form, see
+    :func:`split_weight`, with ``parts`` row blocks), or None: packed where
+    :func:`can_pack` says it works. ValueError for packed=True where it does not.
+    """
+    if packed is None:
+        packed = can_pack(weight)
+    elif packed and not can_pack(weight):
+        raise ValueError(
+            f"packed=True: torch's oneDNN linear is not available for {weight.dtype} weights "
+            f"on {weight.device}; use packed=None (choose) or False (split row blocks)"
+        )
+    if packed:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS)
+    return split_weight(weight, row_blocks(weight.shape[0], parts))
 
 
 def split_weight(weight: torch.Tensor, parts: int) -> torch.Tensor:
-    """(out, in) weight -> (parts, out // parts, in): blocks of rows (a view when contiguous).
-
-    A one-row product ``x @ W^T`` (decoding one token) runs on a single core in torch's CPU
-    BLAS, at well under the machine's memory bandwidth. Computed as ``W @ x`` over blocks of
-    rows (:func:`split_matmul`), the same product is a batched one whose blocks run on
-    separate cores, at close to the bandwidth of a plain ``sum()``.
-    """
+    """(out, in) weight -> (parts, out // parts, in): blocks of rows (a view when contiguous)."""
     out_features, in_features = weight.shape
     return weight.contiguous().view(parts, out_features // parts, in_features)
 
 
-def split_matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = None):
-    """``x @ W^T (+ add)`` for W stored by :func:`split_weight`.
+def dense_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A weight of :func:`pack_weight` back as the plain (out, in) matrix (for inspection)."""
+    if weight.is_mkldnn:
+        return weight.to_dense()
+    return weight.reshape(-1, weight.shape[-1])
 
-    x (m, in); weight (parts, out // parts, in); add (m, out) or None -> (m, out). Up to
-    ``SPLIT_ROWS`` rows (decoding, beams) the blocks run as a batched product; for more rows
-    (a prompt) the product is compute-bound and torch's matrix product is faster.
 
-    Under ``torch.compile`` it is the operator ``genlab::split_matmul``, opaque to the
-    compiler: inductor (CPU) would rewrite the one-column batched product as a multiply and
-    a sum, or copy the shared column into a layout BLAS is slow on.
-    """
+def out_features(weight: torch.Tensor) -> int:
+    """The number of outputs of a weight in either form."""
+    return weight.shape[0] if weight.is_mkldnn else weight.shape[0] * weight.shape[1]
+
+
+def matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = None):
+    """``x @ W^T (+ add)`` for W stored by :func:`pack_weight`: x (m, in); add (m, out) or
+    None -> (m, out). Under ``torch.compile`` the operator ``genlab::matmul``."""
     if torch.compiler.is_compiling():
-        return torch.ops.genlab.split_matmul(x, weight, add)
-    return _split_matmul(x, weight, add)
+        return torch.ops.genlab.matmul(x, weight, add)
+    return _matmul(x, weight, add)
 
 
-def _split_matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None):
+def _matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None):
+    if weight.is_mkldnn:
+        return _packed(x, weight, add)
+    return _split(x, weight, add)
+
+
+def _packed(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None):
+    x = x if x.is_contiguous() else x.contiguous()
+    if add is None:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+    add = add if add.is_contiguous() else add.contiguous()
+    return torch.ops.mkldnn._linear_pointwise.binary(x, add, weight, None, "add")
+
+
+def _split(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None):
     parts, width, in_features = weight.shape
     m = x.shape[0]
     if m > SPLIT_ROWS:
@@ -69,21 +148,22 @@ def _split_matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | Non
     return y.permute(2, 0, 1).contiguous().view(m, parts * width)
 
 
-# The operator form of split_matmul for compiled graphs. Registered through torch.library's
+# The operator form of matmul for compiled graphs. Registered through torch.library's
 # low-level API: a call costs ~5 us more than the function (torch.library.custom_op: ~30 us).
 _OPS = torch.library.Library("genlab", "DEF")
-_OPS.define("split_matmul(Tensor x, Tensor weight, Tensor? add) -> Tensor")
-_OPS.impl("split_matmul", _split_matmul, "CompositeExplicitAutograd")
+_OPS.define("matmul(Tensor x, Tensor weight, Tensor? add) -> Tensor")
+_OPS.impl("matmul", _matmul, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("genlab::split_matmul", lib=_OPS)
-def _split_matmul_shape(x, weight, add):
-    return x.new_empty(x.shape[0], weight.shape[0] * weight.shape[1])
+@torch.library.register_fake("genlab::matmul", lib=_OPS)
+def _matmul_shape(x, weight, add):
+    width = weight.shape[0] if weight.dim() == 2 else weight.shape[0] * weight.shape[1]
+    return x.new_empty(x.shape[0], width)
 
 
 def head_logits(kept: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
-    """Normed hidden states (rows, kept, hidden) through the vocabulary head (split_weight
-    form) -> float32 logits (rows, kept, vocab)."""
+    """Normed hidden states (rows, kept, hidden) through the vocabulary head (a
+    :func:`pack_weight` weight) -> float32 logits (rows, kept, vocab)."""
     rows, n_kept = kept.shape[:2]
-    logits = split_matmul(kept.reshape(rows * n_kept, -1), head).view(rows, n_kept, -1)
+    logits = matmul(kept.reshape(rows * n_kept, -1), head).view(rows, n_kept, -1)
     return logits if logits.dtype == torch.float32 else logits.float()

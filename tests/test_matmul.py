@@ -1,0 +1,94 @@
+"""The two forms of a decoder's weight matrices (genlab/models/matmul.py): packed into
+oneDNN's layout (the CPU default) and row blocks (elsewhere). Both must give the products
+torch's ``F.linear`` gives, for any number of rows, and decoders built either way must
+generate the same tokens as transformers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_llama
+from test_decoders import tiny_gpt2
+
+import genlab
+from genlab.models.architectures import build_decoder
+from genlab.models.matmul import can_pack, dense_weight, matmul, out_features, pack_weight
+
+
+def weights(out=48, inp=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(out, inp, generator=g), g
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4, 16, 17, 40])
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "split"])
+def test_products_equal_linear_for_any_number_of_rows(rows, packed):
+    w, g = weights()
+    x = torch.randn(rows, w.shape[1], generator=g)
+    add = torch.randn(rows, w.shape[0], generator=g)
+    m = pack_weight(w, parts=3, packed=packed)
+    assert m.is_mkldnn == packed
+    assert out_features(m) == 48 and torch.equal(dense_weight(m), w)
+    torch.testing.assert_close(matmul(x, m), F.linear(x, w), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(matmul(x, m, add=add), F.linear(x, w) + add, atol=1e-5, rtol=1e-5)
+
+
+def test_packed_product_takes_strided_rows():
+    w, g = weights()
+    h = torch.randn(3, 5, w.shape[1], generator=g)
+    rows = h[:, -2:].reshape(6, -1)  # rows from a slice of a sequence: not contiguous
+    torch.testing.assert_close(matmul(rows, pack_weight(w, 2)), F.linear(rows, w))
+
+
+def test_bfloat16_packs_and_float16_keeps_row_blocks():
+    w, g = weights()
+    x = torch.randn(4, w.shape[1], generator=g)
+    packed = pack_weight(w.bfloat16(), 2)
+    assert packed.is_mkldnn and packed.dtype == torch.bfloat16
+    want = F.linear(x.bfloat16().float(), w.bfloat16().float())
+    torch.testing.assert_close(matmul(x.bfloat16(), packed).float(), want, atol=0.1, rtol=0.02)
+    half = pack_weight(w.half(), 2)  # no oneDNN float16 linear: the split form
+    assert not half.is_mkldnn and half.shape == (2, 24, 40)
+    assert not can_pack(w.half())
+
+
+def test_asking_for_packed_where_it_cannot_be_says_what_to_do():
+    with pytest.raises(ValueError, match=r"packed=True.*float16.*packed=None"):
+        pack_weight(torch.zeros(4, 4, dtype=torch.float16), 2, packed=True)
+
+
+def test_compiled_graphs_see_one_opaque_operator():
+    w, g = weights()
+    m = pack_weight(w, 2)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    x = torch.randn(1, w.shape[1], generator=g)
+    got = torch.compile(lambda x: matmul(x, m) * 2, backend=backend, fullgraph=True)(x)
+    torch.testing.assert_close(got, 2 * F.linear(x, w))
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert "genlab.matmul" in targets
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+@pytest.mark.parametrize(
+    "settings",
+    [dict(), dict(num_beams=4, num_return_sequences=2), dict(do_sample=True, top_k=20)],
+    ids=["greedy", "beams", "sampling"],
+)
+def test_both_forms_generate_the_reference_tokens(make, settings):
+    hf_model = make(tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    ids = torch.tensor([[5, 17, 33, 8], [9, 21, 40, 11]])
+    common = dict(max_new_tokens=10, min_new_tokens=10, pad_token_id=0, **settings)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        want = hf_model.generate(ids, attention_mask=torch.ones_like(ids), **common)
+    for packed in (None, False):
+        lm = build_decoder(hf_model.config.to_dict(), hf_model.state_dict(), packed=packed)
+        torch.manual_seed(7)
+        got = genlab.generate(lm, ids, attention_mask=torch.ones_like(ids), **common)
+        assert torch.equal(got, want), packed
