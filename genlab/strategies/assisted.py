@@ -46,6 +46,7 @@ import torch
 
 from ..models.base import ModelOutput
 from .base import Selection
+from .draws import multinomial
 from .sampling import TokenByToken
 
 # ----------------------------------------------------------------------------------------
@@ -337,7 +338,7 @@ def speculative_sampling(
         residual.div_(residual.sum())
     else:
         residual = p_next
-    token = torch.multinomial(residual, num_samples=1).squeeze(1)[None, :]
+    token = multinomial(residual, num_samples=1).squeeze(1)[None, :]
     return torch.cat([drafted[:, :n_matches], token], dim=-1), n_matches
 
 
@@ -424,7 +425,7 @@ class AssistedDecoding(TokenByToken):
             )
         else:
             if self.config.do_sample:
-                chosen = torch.multinomial(new_scores[0].softmax(dim=-1), 1).squeeze(1)[None, :]
+                chosen = multinomial(new_scores[0].softmax(dim=-1), 1).squeeze(1)[None, :]
             else:
                 chosen = new_scores.argmax(dim=-1)  # (1, n + 1)
             n_matches = greedy_matches(drafted, chosen)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from .base import Selection, Strategy
+from .draws import multinomial
 
 
 class TokenByToken(Strategy):
@@ -60,4 +61,4 @@ class MultinomialSampling(TokenByToken):
 
     def choose(self, scores: torch.Tensor) -> torch.LongTensor:
         probs = torch.softmax(scores, dim=-1)
-        return torch.multinomial(probs, num_samples=1).squeeze(1)
+        return multinomial(probs, num_samples=1).squeeze(1)
