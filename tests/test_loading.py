@@ -489,7 +489,8 @@ def demo():
     hf_model.model.rotary_emb = type(hf_model.model.rotary_emb)(config=hf_config)
     assert not any(t.is_meta for t in [*hf_model.parameters(), *hf_model.buffers()])
     hf_model.eval()
-    return model, tok, read[0], hf_model, parsed["tensors"]
+    assert read[0].state_dict == {}  # consumed while building: never held twice
+    return model, tok, gguf_module.read_gguf(path), hf_model, parsed["tensors"]
 
 
 def test_demo_weights_equal_transformers_bit_for_bit(demo):

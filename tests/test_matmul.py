@@ -92,3 +92,16 @@ def test_both_forms_generate_the_reference_tokens(make, settings):
         torch.manual_seed(7)
         got = genlab.generate(lm, ids, attention_mask=torch.ones_like(ids), **common)
         assert torch.equal(got, want), packed
+
+
+def test_consume_frees_the_loaders_dict_and_leaves_a_users_dict_alone():
+    hf_model = tiny_llama()
+    config = hf_model.config.to_dict()
+    users = hf_model.state_dict()
+    build_decoder(config, users)
+    assert len(users) == len(hf_model.state_dict())  # untouched
+    own = hf_model.state_dict()
+    lm = build_decoder(config, own, consume=True)
+    assert own == {}
+    ids = torch.tensor([[5, 17, 33]])
+    torch.testing.assert_close(lm.forward(ids).logits[0, -1], hf_model(ids).logits[0, -1].detach())

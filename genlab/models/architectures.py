@@ -82,6 +82,7 @@ def build_decoder(
     generation_defaults: dict | None = None,
     dtype: torch.dtype | None = torch.float32,
     packed: bool | None = None,
+    consume: bool = False,
 ):
     """A built-in decoder for ``config`` (a config.json dict) with weights from ``state_dict``.
 
@@ -96,6 +97,9 @@ def build_decoder(
     layout where torch supports it (the CPU, float32 and bfloat16: a copy, and the fastest
     products for any number of rows), False keeps them as row blocks (views: the decoder
     shares memory with ``state_dict``, and a tied head with the embedding).
+
+    ``consume=True`` empties ``state_dict`` (the loaders pass their own): each tensor is then
+    freed once its packed copy exists, so that loading never holds the weights twice.
 
     Raises ValueError for an unknown ``model_type``, missing tensors or wrong shapes, naming
     them. Returns a :class:`~genlab.models.llama.LlamaDecoder` or
@@ -120,6 +124,8 @@ def build_decoder(
     full_config = {**family.defaults[model_type], **config}
     settings = read_settings(config)
     tensors = select_tensors(state_dict, family.expected_shapes(settings), family.prefix)
+    if consume:
+        state_dict.clear()  # from here on ``tensors`` holds the only references
     info = model_info(full_config, settings, name, generation_defaults, family.max_positions_key)
     return family.build(settings, tensors, info, dtype, packed=packed)
 

@@ -390,6 +390,7 @@ def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None):
         checkpoint.state_dict,
         name=checkpoint_name(source, folder),
         generation_defaults=checkpoint.generation_defaults,
+        consume=True,  # the checkpoint's own dict: free each tensor once it is packed
     )
     return model, checkpoint.tokenizer
 

@@ -394,6 +394,7 @@ def load_gguf(
         checkpoint.state_dict,
         name=name or Path(path).stem,
         generation_defaults=checkpoint.generation_defaults,
+        consume=True,  # the checkpoint's own dict: free each tensor once it is packed
     )
     checkpoint.timings["build"] = time.perf_counter() - start
     logger.info(

@@ -226,12 +226,13 @@ class GPT2Decoder(BuiltinDecoder):
         """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked).
 
         packed, parts: the matrices' form, as in
-        :meth:`~genlab.models.llama.LlamaDecoder.from_tensors`.
+        :meth:`~genlab.models.llama.LlamaDecoder.from_tensors`. Entries of ``tensors`` are
+        removed as they are used.
         """
         target = parts or torch.get_num_threads()
 
         def get(name: str) -> torch.Tensor:
-            t = tensors[name].detach()
+            t = tensors.pop(name).detach()  # consumed: see build_decoder's consume
             return (t.to(dtype) if dtype is not None else t).contiguous()
 
         def split(weight: torch.Tensor) -> torch.Tensor:  # (out, in)

@@ -631,12 +631,13 @@ class LlamaDecoder(BuiltinDecoder):
 
         packed: the matrices' form (see :func:`~genlab.models.matmul.pack_weight`): None
         packs them where oneDNN works (the default), False keeps row blocks; parts: row
-        blocks per matrix in that form (default: torch's thread count).
+        blocks per matrix in that form (default: torch's thread count). Entries of
+        ``tensors`` are removed as they are used (the caller's dict is emptied).
         """
         target = parts or torch.get_num_threads()
 
         def get(name: str) -> torch.Tensor:
-            t = tensors[name].detach()
+            t = tensors.pop(name).detach()  # consumed: see build_decoder's consume
             return t.to(dtype) if dtype is not None else t
 
         def maybe(name: str) -> torch.Tensor | None:
