@@ -394,6 +394,9 @@ def main() -> None:
         "--rss-child", choices=["genlab", "genlab.load", "transformers"], help=argparse.SUPPRESS
     )
     parser.add_argument("--skip-rss", action="store_true", help="skip the RSS subprocesses")
+    parser.add_argument(
+        "--split", action="store_true", help="weights as row blocks instead of oneDNN-packed"
+    )
     args = parser.parse_args()
     if args.rss_child:
         rss_child(args.rss_child, args.new_tokens)
@@ -406,7 +409,8 @@ def main() -> None:
     print(f"DRAM read bandwidth: {bandwidth:.1f} GB/s (sum of 1 GB fp32, best of 7)")
 
     hf, tokenizer = load_reference(demo_gguf_path())
-    lm = build_decoder(hf.config.to_dict(), hf.state_dict(), name="smollm2")
+    packed = False if args.split else None
+    lm = build_decoder(hf.config.to_dict(), hf.state_dict(), name="smollm2", packed=packed)
     ids = chat_prompt(tokenizer)
     print(f"prompt: {ids.shape[1]} tokens (chat template around {PROMPT!r})")
     check_demo_answer(lm, hf, tokenizer, ids)
