@@ -122,11 +122,31 @@ def _matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None):
 
 
 def _packed(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None):
+    if x.requires_grad or (add is not None and add.requires_grad):
+        if torch.is_grad_enabled():  # oneDNN's operator has no backward: ours does
+            return _PackedProduct.apply(x, weight, add)
     x = x if x.is_contiguous() else x.contiguous()
     if add is None:
         return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
     add = add if add.is_contiguous() else add.contiguous()
     return torch.ops.mkldnn._linear_pointwise.binary(x, add, weight, None, "add")
+
+
+class _PackedProduct(torch.autograd.Function):
+    """A packed product that gradients flow through, to ``x`` and ``add`` (attributions,
+    saliency); the weights are constants. Backward unpacks the weight for its product."""
+
+    @staticmethod
+    def forward(ctx, x, weight, add):
+        ctx.weight = weight
+        ctx.has_add = add is not None
+        with torch.no_grad():
+            return _packed(x.detach(), weight, None if add is None else add.detach())
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_x = grad @ ctx.weight.to_dense().to(grad.dtype)
+        return grad_x, None, grad if ctx.has_add else None
 
 
 def _split(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None):
