@@ -1,6 +1,6 @@
-"""Top-p without torch's full sort (genlab.processors.warpers._top_p_drop_fast): the same
-tokens dropped as transformers' TopPLogitsWarper, bit for bit, on any scores; a tie across
-the boundary falls back to the sort."""
+"""Top-p and min-p without torch's full sort (genlab/processors/warpers.py): the same tokens
+dropped as transformers' warpers, bit for bit, on any scores; for top-p a tie across the
+boundary falls back to the sort."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transformers import MinPLogitsWarper as ReferenceMinP
 from transformers import TopPLogitsWarper as ReferenceTopP
 
-from genlab.processors.warpers import TopPLogitsWarper, _top_p_drop_fast
+from genlab.processors.warpers import MinPLogitsWarper, TopPLogitsWarper, _top_p_drop_fast
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -60,3 +61,25 @@ def test_nan_and_other_dtypes_use_the_sort(bad):
     else:
         scores = scores.bfloat16()
     assert _top_p_drop_fast(scores, 0.9, 1) is None
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    vocab=st.integers(1, 300),
+    min_p=st.sampled_from([0.0, 0.01, 0.1, 0.5, 1.0]),
+    keep=st.integers(1, 3),
+    levels=st.one_of(st.none(), st.integers(1, 4)),
+    masked=st.floats(0, 1),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_min_p_without_its_sort_drops_the_references_tokens(
+    vocab, min_p, keep, levels, masked, seed
+):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(3, vocab, generator=g) * 4
+    if levels is not None:
+        scores = torch.randint(0, levels, (3, vocab), generator=g).float()
+    scores[torch.rand(3, vocab, generator=g) < masked] = -float("inf")  # all -inf: NaN probs
+    want = ReferenceMinP(min_p, min_tokens_to_keep=keep)(None, scores.clone())
+    got = MinPLogitsWarper(min_p, min_tokens_to_keep=keep)(None, scores.clone())
+    assert torch.equal(got, want)

@@ -155,6 +155,10 @@ class MinPLogitsWarper(LogitsProcessor):
         probs = torch.softmax(scores, dim=-1)  # (rows, vocab)
         top_prob, _ = probs.max(dim=-1, keepdim=True)  # (rows, 1)
         too_unlikely = probs < self.min_p * top_prob
+        if self.min_tokens_to_keep == 1:
+            # the reference's sort only protects the most likely token, which is never too
+            # unlikely (min_p <= 1): without the sort (3 ms a row) the same tokens go
+            return scores.masked_fill(too_unlikely, self.filter_value)
         order = torch.argsort(scores, descending=True, dim=-1)
         drop_sorted = torch.gather(too_unlikely, dim=-1, index=order)
         drop_sorted[..., : self.min_tokens_to_keep] = False
