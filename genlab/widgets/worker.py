@@ -94,6 +94,7 @@ class Worker:
         self._timer: threading.Timer | asyncio.TimerHandle | None = None
         self._pending = False  # a debounced request waits for its timer
         self._tick = 0  # which schedule() the pending timer belongs to
+        self._timer_loop: asyncio.AbstractEventLoop | None = None  # the loop of that timer
         self._job: Job | None = None
         self._count = 0
 
@@ -114,6 +115,7 @@ class Worker:
             self._cancel_timer()
             self._pending = True
             self._tick += 1
+            self._timer_loop = loop
             if loop is not None:
                 self._timer = loop.call_later(self.debounce, self._fire, self._tick)
             else:
@@ -174,9 +176,9 @@ class Worker:
         if self._pending:
             if isinstance(timer, threading.Timer):
                 timer.join(timeout)
-            elif running_loop() is not None:
-                self._fire()  # the debounce ends now
-            else:  # the loop that would fire it is elsewhere: let it
+            elif running_loop() is not None or not self._timer_loop.is_running():
+                self._fire()  # the debounce ends now (its loop cannot fire it)
+            else:  # the loop that would fire it runs elsewhere: let it
                 while self._pending and not _past(deadline):
                     time.sleep(POLL)
         job = self._job
