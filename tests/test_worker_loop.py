@@ -278,3 +278,79 @@ def test_a_loop_job_after_a_thread_job_waits_for_it(sync_first):
     in_loop(go)
     assert model.max_active == 1 and "seed 7" in pg.status.value
     assert model.threads[-1] is MAIN
+
+
+KERNEL_CODE = """
+import threading, time, genlab
+from genlab.models.table import TableLM
+from genlab.widgets import Playground
+WORDS = "a b c d e f g h i j k l m n o p q r s t".split()
+row = {w: 1 / len(WORDS) for w in WORDS}
+table = TableLM({"": row}, fallback=row)
+class Slow:
+    info, tokenizer = table.info, table.tokenizer
+    threads, renders, jobs = set(), [], []
+    def new_cache(self, batch_size):
+        return table.new_cache(batch_size)
+    def forward(self, *args, **kwargs):
+        self.threads.add(threading.current_thread().name)
+        self.jobs.append(pg.worker._job.number)
+        time.sleep(0.02)
+        return table.forward(*args, **kwargs)
+slow = Slow()
+pg = Playground(genlab.LM(slow, table.tokenizer), "a", do_sample=True, max_new_tokens=40,
+                debounce=0.01, run=False)
+_render = pg.render
+pg.render = lambda data: (slow.renders.append(pg.seed_box.value), _render(data))
+print(pg.seed_box.model_id)
+"""
+
+
+def test_in_a_real_kernel_a_widget_message_cancels_the_running_generation():
+    """ipykernel reads a comm message between two steps of a generation that runs on its
+    own thread: the newer seed cancels the older generation, which is never shown."""
+    import json
+    import os
+    from pathlib import Path
+
+    from jupyter_client.manager import start_new_kernel
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    km, kc = start_new_kernel(kernel_name="python3", env=env)
+
+    def execute(code):
+        msg_id, out = kc.execute(code), []
+        while True:
+            msg = kc.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                raise AssertionError("\n".join(msg["content"]["traceback"]))
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return "".join(out)
+
+    def change_seed(value):
+        data = {"method": "update", "state": {"value": value}, "buffer_paths": []}
+        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm, "data": data}))
+
+    try:
+        comm = execute(KERNEL_CODE).strip().splitlines()[-1]
+        change_seed(1)
+        time.sleep(0.4)  # about 15 of its 40 steps (0.8 s)
+        change_seed(2)
+        time.sleep(1.5)
+        out = execute(
+            "import json; print(json.dumps([pg.version, pg.seed_box.value, sorted(slow.threads),"
+            " slow.renders, pg.status.value, slow.jobs.count(1)]))"
+        )
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    version, seed, threads, renders, status, first = json.loads(out.strip().splitlines()[-1])
+    assert threads == ["MainThread"]  # the kernel's own thread generated
+    assert 3 <= first < 40  # the first generation was under way, and stopped early
+    assert renders == [2] and version == 1 and seed == 2
+    assert "seed 2" in status and "40 tokens" in status
