@@ -16,7 +16,7 @@ import genlab
 from genlab.models.table import TableLM
 from genlab.widgets.compare import CompareView
 from genlab.widgets.playground import Playground
-from genlab.widgets.worker import Worker
+from genlab.widgets.worker import Worker, drain
 
 WORDS = "a b c d e f g h i j k l m n o p q r s t".split()
 MAIN = threading.main_thread()
@@ -257,6 +257,23 @@ def test_a_plain_job_runs_in_a_thread_even_in_loop_mode_and_failures_are_logged(
     assert plain._job.value is not MAIN and plain._job.thread is not None
     assert stepwise._job.done.is_set()
     assert [r.getMessage() for r in caplog.records] == ["genlab widget: a job failed"]
+
+
+def test_a_view_with_a_plain_compute_runs_it_in_a_thread_in_loop_mode():
+    class Plain(Playground):
+        def compute(self, job):  # cannot pause: a long computation in one piece
+            return drain(super().compute(job))
+
+    model = Model()
+    pg = Plain(genlab.LM(model, model.tokenizer), "a", max_new_tokens=4, run=False)
+
+    async def go():
+        pg.update()
+        await settle(pg)
+
+    in_loop(go)
+    assert pg.version == 1 and len(pg.table) == 4
+    assert model.threads and all(t is not MAIN for t in model.threads)
 
 
 @pytest.mark.parametrize("sync_first", [True, False])

@@ -27,7 +27,7 @@ from ..config import GenerationConfig
 from ..engine import Run
 from .config_panel import WARNINGS_LOCK
 from .render import message
-from .worker import Job, Worker
+from .worker import Job, Worker, drain
 
 SPECIAL_TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 
@@ -211,12 +211,7 @@ class LiveView(widgets.VBox):
     # -- internals -------------------------------------------------------------------------
     def _job_to_end(self, job: Job):
         """``_job`` for a plain ``compute``: the worker runs it in a thread."""
-        gen = self._job(job)
-        while True:
-            try:
-                next(gen)
-            except StopIteration as end:
-                return end.value
+        return drain(self._job(job))
 
     def _job(self, job: Job):
         """Generator: compute (stepwise when ``compute`` is a generator) and render one
