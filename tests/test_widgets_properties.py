@@ -1,5 +1,6 @@
 """Property-based: random control changes on the Playground, valid and invalid, typed into
-controls or set from code, interleaved with debounced and synchronous updates.
+controls or set from code, interleaved with debounced and synchronous updates; once with
+worker threads (no event loop), once inside an asyncio loop on the main thread (a kernel).
 
 Whatever the sequence: no exception escapes, never two generations run at once, and once
 everything has settled the result shown belongs to the final settings (or, if the final
@@ -7,6 +8,7 @@ settings cannot run, the error is shown and the last good result stays)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -63,6 +65,34 @@ def slow_lm():
 )
 @given(actions=st.lists(action, min_size=1, max_size=10))
 def test_random_control_changes_never_escape_and_never_overlap(slow_lm, actions):
+    for pause in storm(slow_lm, actions):
+        time.sleep(pause)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(actions=st.lists(action, min_size=1, max_size=10))
+def test_the_same_storm_in_an_event_loop_on_the_main_thread(slow_lm, actions):
+    """As in a Jupyter kernel: changes arrive on the loop's thread, generations step on
+    it, and a pause lets the loop run (debounce, steps) between changes."""
+    errors = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        for pause in storm(slow_lm, actions):
+            await asyncio.sleep(pause)
+
+    asyncio.run(main())
+    assert errors == []
+
+
+def storm(slow_lm, actions):
+    """Play ``actions`` on a new Playground, yielding the pauses (the caller sleeps or
+    lets its event loop run), then check the outcome."""
     slow, lm = slow_lm
     slow.max_active = 0
     pg = Playground(lm, "a", max_new_tokens=4, debounce=0.01, run=False)
@@ -79,9 +109,9 @@ def test_random_control_changes_never_escape_and_never_overlap(slow_lm, actions)
         elif kind == "sync":
             pg.update(sync=True)
         else:
-            time.sleep(act[1])
+            yield act[1]
     pg.update(sync=True)
-    time.sleep(0.03)
+    yield 0.03
     pg.wait(timeout=10)
     assert slow.max_active <= 1  # never two generations at once
     if pg.error is None:  # the result belongs to the final settings

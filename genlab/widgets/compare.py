@@ -155,7 +155,7 @@ class CompareView(LiveView):
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job) -> dict[str, Any]:
-        """Generate every config for job (in the background worker); returns label -> result."""
+        """Generate every config for job, a token per step; returns label -> result."""
         out = {}
         for label, panel in self.panels.items():
             run = start_run(
@@ -165,7 +165,7 @@ class CompareView(LiveView):
                 seed=self.seed_box.value,
                 config=panel.config,
             )
-            out[label] = self.lm.result(self.drive(run, job))
+            out[label] = self.lm.result((yield from self.drive(run, job)))
         return out
 
     def render(self, results: dict[str, Any]) -> None:

@@ -183,7 +183,7 @@ class WatermarkExplorer(LiveView):
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
-        """Generate with the watermark and detect it, for job (in the background worker)."""
+        """Generate with the watermark and detect it, for job (a token per step)."""
         wm = self.panel.config.watermarking_config
         if not isinstance(wm, WatermarkingConfig):
             kind = "SynthID" if isinstance(wm, SynthIDTextWatermarkingConfig) else "no"
@@ -200,11 +200,11 @@ class WatermarkExplorer(LiveView):
             tracer_class=ScoresBeforeWatermark,
             **inputs,
         )
-        result = self.lm.result(self.drive(run, job))
+        result = self.lm.result((yield from self.drive(run, job)))
         plain = self.panel.config.copy()
         plain.watermarking_config = None
         base_run = start_run(self.lm, self.prompt_box.value, config=plain, **inputs)
-        baseline = self.lm.result(self.drive(base_run, job))
+        baseline = self.lm.result((yield from self.drive(base_run, job)))
         return result, baseline
 
     def render(self, data) -> None:
@@ -434,7 +434,7 @@ class BeamExplorer(LiveView):
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
-        """Run the traced beam search for job (in the background worker); returns the result."""
+        """Run the traced beam search for job (a step per yield); returns the result."""
         if self.panel.config.num_beams < 2:
             raise ValueError(
                 f"num_beams must be >= 2 for a beam tree, got {self.panel.config.num_beams}; "
@@ -447,7 +447,7 @@ class BeamExplorer(LiveView):
             seed=self.seed_box.value,
             config=self.panel.config,
         )
-        return self.lm.result(self.drive(run, job))
+        return self.lm.result((yield from self.drive(run, job)))
 
     def render(self, result) -> None:
         """Show result (a traced GenerationResult) in the widget."""

@@ -1,14 +1,21 @@
 """LiveView: the shared skeleton of widgets whose results follow their inputs.
 
-A subclass implements ``compute(job)`` (runs in the worker thread, returns what to show,
-or None when the job was replaced) and ``render(data)``; LiveView brings the rest: a
-debounced :class:`~genlab.widgets.worker.Worker`, Generate / Stop buttons, a progress
-bar, a status line, auto-update, error display that keeps the last good result, and
-the methods tests use (``update(sync=True)``, ``wait()``, ``error``, ``version``).
+A subclass implements ``compute(job)`` (returns what to show, or None when the job was
+replaced) and ``render(data)``; LiveView brings the rest: a debounced
+:class:`~genlab.widgets.worker.Worker`, Generate / Stop buttons, a progress bar, a status
+line, auto-update, error display that keeps the last good result, and the methods tests
+use (``update(sync=True)``, ``wait()``, ``error``, ``version``).
+
+A ``compute`` that generates is a generator: ``yield from self.drive(run, job)`` steps
+the run and yields after every token, so that in a Jupyter kernel the generation runs on
+the kernel's own thread, one token per event-loop callback, and a newer change or Stop
+is read between two tokens (see :mod:`genlab.widgets.worker`). A plain ``compute`` runs
+in a thread.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 import traceback
 import warnings
@@ -20,7 +27,7 @@ from ..config import GenerationConfig
 from ..engine import Run
 from .config_panel import WARNINGS_LOCK
 from .render import message
-from .worker import Job, Worker
+from .worker import Job, Worker, drain
 
 SPECIAL_TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 
@@ -100,7 +107,8 @@ class LiveView(widgets.VBox):
         self.error: str | None = None
         self.version = 0
         self.timings: dict[str, float] = {}
-        self.worker = Worker(self._job, debounce=debounce)
+        stepwise = inspect.isgeneratorfunction(self.compute)
+        self.worker = Worker(self._job if stepwise else self._job_to_end, debounce=debounce)
         self.generate_button = widgets.Button(description="Generate", button_style="primary")
         self.stop_button = widgets.Button(description="Stop", button_style="warning")
         self.auto_box = widgets.Checkbox(value=auto_update, description="auto-update", indent=False)
@@ -167,14 +175,17 @@ class LiveView(widgets.VBox):
         """Show a generation in progress (called every :data:`STREAM_EVERY` seconds from
         :meth:`drive`); subclasses draw the tokens so far."""
 
-    def drive(self, run: Run, job: Job, label: str = "") -> Run:
-        """Step ``run`` to its end, streaming it into the view (:meth:`stream`) with its
-        progress (tokens so far, tokens/s); stops early on Stop, and raises
-        :class:`Cancelled` when a newer request replaced the job (checked before every
-        step, so a newer change cancels this generation at its next step)."""
+    def drive(self, run: Run, job: Job, label: str = ""):
+        """Generator: step ``run`` to its end, yielding after every step and streaming it
+        into the view (:meth:`stream`: the first token at once, then every
+        :data:`STREAM_EVERY` seconds) with its progress (tokens so far, tokens/s); stops
+        early on Stop, and raises :class:`Cancelled` when a newer request replaced the job
+        (checked before every step, so a newer change cancels this generation at its next
+        step). Returns ``run``: ``run = yield from self.drive(run, job)``."""
         total = max(1, int(run.gen_config.max_length) - int(run.prompt_length))
         self.progress.max, self.progress.value = total, 0
-        t0 = last = time.perf_counter()
+        t0 = time.perf_counter()
+        last = t0 - self.STREAM_EVERY  # the first token is shown as soon as it exists
         while not run.finished:
             if job.cancelled.is_set():
                 if not job.stopped:
@@ -193,15 +204,24 @@ class LiveView(widgets.VBox):
                     "info",
                 )
                 self.stream(run, job)
+            yield
         self.progress.value = min(run.step_index, total)
         return run
 
     # -- internals -------------------------------------------------------------------------
+    def _job_to_end(self, job: Job):
+        """``_job`` for a plain ``compute``: the worker runs it in a thread."""
+        return drain(self._job(job))
+
     def _job(self, job: Job):
+        """Generator: compute (stepwise when ``compute`` is a generator) and render one
+        request; errors are shown in the widget, a replaced request shows nothing."""
         t0 = time.perf_counter()
         self.status.value = message("generating…")
         try:
             data = self.compute(job)
+            if inspect.isgenerator(data):
+                data = yield from data
             t1 = time.perf_counter()
             if not self.worker.is_current(job):
                 return None  # a newer request replaced it: show only the newest

@@ -215,7 +215,7 @@ class Playground(LiveView):
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
-        """Generate for job (in the background worker); returns the result."""
+        """Generate for job, a token per step (see LiveView.drive); returns the result."""
         run = start_run(
             self.lm,
             self.prompt_box.value,
@@ -224,7 +224,7 @@ class Playground(LiveView):
             config=self.panel.config,
             trace_top_k=self.trace_top_k,
         )
-        self.drive(run, job)
+        yield from self.drive(run, job)
         return self.lm.result(run)
 
     def stream(self, run, job: Job) -> None:
