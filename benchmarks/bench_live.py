@@ -13,7 +13,8 @@ Everything is measured in one process, each figure beside its baseline:
 2. **Prefill on a re-run**: the first step's time of a re-run with and without the reused
    prompt, and for a prompt edited near its end.
 3. **Many samples**: tokens/s of ``num_return_sequences=16`` and of 16 prompts in a batch
-   against one sequence (greedy and sampling).
+   against one sequence (greedy and sampling), whole generations (prompt included) and
+   decoding steps alone (top-k and top-p sampling).
 4. **Beam search**: the time of a 4-beam step against a greedy step, for genlab and for
    transformers on the same weights.
 
@@ -164,6 +165,45 @@ def bench_batches(lm, new_tokens=24, repeats=3):
         print(f"{name:28}{value:>8.1f} tok/s   x{value / base:.1f} of one row")
 
 
+def step_time(lm, prompt, steps=24, **settings):
+    """Median seconds of one decoding step (after the prompt's) of ``lm.start(prompt)``."""
+    run = lm.start(prompt, max_new_tokens=steps + 1, min_new_tokens=steps + 1, **settings)
+    run.step()  # the prompt
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        run.step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_steps(lm, repeats=5):
+    """Decoding steps alone (no prompt): the rate of new tokens with 16 rows against one."""
+    ids, _ = lm.encode("Once upon a time", chat=False)
+    batch = [f"Story number {i}: once upon a time" for i in range(16)]
+    top_k, top_p = dict(do_sample=True, top_k=50), dict(do_sample=True, top_p=0.9)
+    cases = {
+        "greedy, 1 row": (ids, {}, 1),
+        "greedy, 16 prompts": (batch, {}, 16),
+        "top-k 50, 1 row": (ids, top_k, 1),
+        "top-k 50, 16 returns": (ids, dict(top_k, num_return_sequences=16), 16),
+        "top-p 0.9, 1 row": (ids, top_p, 1),
+        "top-p 0.9, 16 returns": (ids, dict(top_p, num_return_sequences=16), 16),
+    }
+    times = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, (prompt, settings, _rows) in cases.items():
+            times[name].append(step_time(lm, prompt, **settings))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\n3b. decoding steps alone (median step of 24, median of {repeats} runs)")
+    for name, (_p, _s, rows) in cases.items():
+        one = med[name.split(",")[0] + ", 1 row"]
+        print(
+            f"{name:28}{med[name] * 1e3:>8.1f} ms/step  {rows / med[name]:>7.1f} tok/s"
+            f"   x{rows * one / med[name]:.1f} of one row"
+        )
+
+
 def bench_beams(lm, new_tokens=24, repeats=3):
     ids, mask = lm.encode("Once upon a time", chat=False)
     common = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens)
@@ -208,6 +248,7 @@ def main() -> None:
         bench_changes(lm, args.changes)
         bench_prefill(lm)
         bench_batches(lm)
+        bench_steps(lm)
         bench_beams(lm)
 
 

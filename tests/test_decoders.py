@@ -559,3 +559,18 @@ def test_gpt2_positions_past_its_table_are_reported():
     lm = genlab_from(tiny_gpt2())
     with pytest.raises(ValueError, match=r"position_ids contains 64.*\[0, 64\)"):
         lm.forward(torch.tensor([[1]]), position_ids=torch.tensor([[64]]))
+
+
+def test_numeric_attention_mask_gives_sdpa_the_numbers_of_its_boolean_one():
+    from genlab.models.llama import sdpa_keep_mask
+
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    keep, _ = sdpa_keep_mask(mask, past=2, new_len=4)
+    numbers, causal = sdpa_keep_mask(mask, past=2, new_len=4, dtype=torch.float32)
+    assert keep.dtype == torch.bool and numbers.dtype == torch.float32 and not causal
+    assert torch.equal(numbers == 0, keep) and bool((numbers[~keep] == -float("inf")).all())
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 4 if i == 0 else 6, 8, generator=g) for i in range(3))
+    by_bool = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    by_numbers = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=numbers)
+    assert torch.equal(by_bool, by_numbers)

@@ -297,7 +297,7 @@ class GPT2Decoder(BuiltinDecoder):
             keep = _keep_mask(attention_mask, past, new_len)
             mask, is_causal = additive_mask(keep, self.dtype), False
         else:
-            mask, is_causal = sdpa_keep_mask(attention_mask, past, new_len)
+            mask, is_causal = sdpa_keep_mask(attention_mask, past, new_len, dtype=self.dtype)
 
         h = self.embed_tokens(input_ids) + F.embedding(position_ids, self.wpe)
         hidden_states = [h] if output_hidden_states else None
