@@ -18,6 +18,7 @@ Beam strategies add their candidates through ``Selection.info["candidates"]``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,12 +117,19 @@ class Tracer:
         else:
             # each surviving row records the token it got from its parent
             chosen[parents.cpu()] = tokens.cpu()
-        stages, raw_probs, prev = [], None, None
+        stages, raw_probs, prev, last = [], None, None, None
         for name, s in self._current:
-            stage, probs = self._summarise(name, s, chosen, raw_probs, prev)
+            if last is not None and s is last:  # the same scores ("final" after the last
+                # processor, or after the raw logits): nothing changed, nothing removed
+                stage = dataclasses.replace(
+                    stages[-1], name=name, removed_mass=torch.zeros_like(stages[-1].kept_mass)
+                )
+            else:
+                stage, probs = self._summarise(name, s, chosen, raw_probs, prev)
+                raw_probs = probs if raw_probs is None else raw_probs
+                prev = (probs, torch.isfinite(s))
             stages.append(stage)
-            raw_probs = probs if raw_probs is None else raw_probs
-            prev = (probs, torch.isfinite(s))
+            last = s
         self.steps.append(
             StepRecord(
                 step=step,
