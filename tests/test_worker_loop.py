@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from test_widgets import SlowModel
 
 import genlab
 from genlab.models.table import TableLM
@@ -22,38 +23,22 @@ WORDS = "a b c d e f g h i j k l m n o p q r s t".split()
 MAIN = threading.main_thread()
 
 
-class Model:
+class Model(SlowModel):
     """A uniform TableLM whose forward records its thread, can be slow (``delay``), fails
     at call ``fail_at`` and counts concurrent calls."""
 
     def __init__(self, delay: float = 0.0) -> None:
         row = {w: 1 / len(WORDS) for w in WORDS}
-        self.table = TableLM({"": row}, fallback=row)
-        self.info, self.tokenizer = self.table.info, self.table.tokenizer
-        self.delay = delay
+        super().__init__(TableLM({"": row}, fallback=row), delay)
         self.threads: list[threading.Thread] = []
-        self.calls = self.active = self.max_active = 0
         self.fail_at: int | None = None
-        self.lock = threading.Lock()
-
-    def new_cache(self, batch_size):
-        return self.table.new_cache(batch_size)
 
     def forward(self, *args, **kwargs):
-        with self.lock:
-            self.active += 1
-            self.max_active = max(self.max_active, self.active)
-        try:
+        self.threads.append(threading.current_thread())
+        if self.fail_at is not None and self.calls + 1 >= self.fail_at:
             self.calls += 1
-            self.threads.append(threading.current_thread())
-            if self.fail_at is not None and self.calls >= self.fail_at:
-                raise RuntimeError("the model broke")
-            if self.delay:
-                time.sleep(self.delay)
-            return self.table.forward(*args, **kwargs)
-        finally:
-            with self.lock:
-                self.active -= 1
+            raise RuntimeError("the model broke")
+        return super().forward(*args, **kwargs)
 
 
 def playground(model: Model, **kwargs) -> Playground:
