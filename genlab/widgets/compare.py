@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..config import GenerationConfig
 from .config_panel import FOCUS_CSS, ConfigPanel
-from .live import LiveView, initial_config, start_run
+from .live import LiveView, initial_config
 from .playground import result_html, token_table, with_static_html
 from .render import frame_html, png_html, prob_legend, show_figure, text_block
 from .worker import Job
@@ -158,14 +158,7 @@ class CompareView(LiveView):
         """Generate every config for job, a token per step; returns label -> result."""
         out = {}
         for label, panel in self.panels.items():
-            run = start_run(
-                self.lm,
-                self.prompt_box.value,
-                chat=self.chat_box.value,
-                seed=self.seed_box.value,
-                config=panel.config,
-            )
-            out[label] = self.lm.result((yield from self.drive(run, job)))
+            out[label] = yield from self.generate(job, panel.config)
         return out
 
     def render(self, results: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ from ..config import GenerationConfig, SynthIDTextWatermarkingConfig, Watermarki
 from ..tokens import shown
 from ..trace import Tracer
 from .config_panel import FOCUS_CSS, ConfigPanel
-from .live import LiveView, initial_config, start_run
+from .live import LiveView, initial_config
 from .playground import with_static_html
 from .render import frame_html, message, png_html, show_figure
 from .worker import Job
@@ -192,19 +192,12 @@ class WatermarkExplorer(LiveView):
                 "green-list watermark; choose 'green list' in Settings > "
                 "Watermarking"
             )
-        inputs = dict(chat=self.chat_box.value, seed=self.seed_box.value)
-        run = start_run(
-            self.lm,
-            self.prompt_box.value,
-            config=self.panel.config,
-            tracer_class=ScoresBeforeWatermark,
-            **inputs,
+        result = yield from self.generate(
+            job, self.panel.config, tracer_class=ScoresBeforeWatermark
         )
-        result = self.lm.result((yield from self.drive(run, job)))
         plain = self.panel.config.copy()
         plain.watermarking_config = None
-        base_run = start_run(self.lm, self.prompt_box.value, config=plain, **inputs)
-        baseline = self.lm.result((yield from self.drive(base_run, job)))
+        baseline = yield from self.generate(job, plain)
         return result, baseline
 
     def render(self, data) -> None:
@@ -440,14 +433,7 @@ class BeamExplorer(LiveView):
                 f"num_beams must be >= 2 for a beam tree, got {self.panel.config.num_beams}; "
                 "raise it in Settings > Generation strategy"
             )
-        run = start_run(
-            self.lm,
-            self.prompt_box.value,
-            chat=self.chat_box.value,
-            seed=self.seed_box.value,
-            config=self.panel.config,
-        )
-        return self.lm.result((yield from self.drive(run, job)))
+        return (yield from self.generate(job, self.panel.config))
 
     def render(self, result) -> None:
         """Show result (a traced GenerationResult) in the widget."""

@@ -208,6 +208,20 @@ class LiveView(widgets.VBox):
         self.progress.value = min(run.step_index, total)
         return run
 
+    def generate(self, job: Job, config: GenerationConfig, **start_kwargs):
+        """Generator: a run of the view's prompt, chat and seed inputs with ``config``
+        (``start_kwargs`` go to :func:`start_run`), driven to its end (:meth:`drive`);
+        returns its result: ``result = yield from self.generate(job, config)``."""
+        run = start_run(
+            self.lm,
+            self.prompt_box.value,
+            chat=self.chat_box.value,
+            seed=self.seed_box.value,
+            config=config,
+            **start_kwargs,
+        )
+        return self.lm.result((yield from self.drive(run, job)))
+
     # -- internals -------------------------------------------------------------------------
     def _job_to_end(self, job: Job):
         """``_job`` for a plain ``compute``: the worker runs it in a thread."""

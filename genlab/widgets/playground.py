@@ -27,7 +27,7 @@ import pandas as pd
 from ..config import GenerationConfig
 from ..tokens import show_token
 from .config_panel import FOCUS_CSS, ConfigPanel
-from .live import LiveView, initial_config, start_run
+from .live import LiveView, initial_config
 from .render import (
     frame_html,
     message,
@@ -216,16 +216,7 @@ class Playground(LiveView):
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
         """Generate for job, a token per step (see LiveView.drive); returns the result."""
-        run = start_run(
-            self.lm,
-            self.prompt_box.value,
-            chat=self.chat_box.value,
-            seed=self.seed_box.value,
-            config=self.panel.config,
-            trace_top_k=self.trace_top_k,
-        )
-        yield from self.drive(run, job)
-        return self.lm.result(run)
+        return (yield from self.generate(job, self.panel.config, trace_top_k=self.trace_top_k))
 
     def stream(self, run, job: Job) -> None:
         """Show the tokens ``run`` generated so far (called by the worker during ``job``)."""
