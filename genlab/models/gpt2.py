@@ -235,7 +235,7 @@ class GPT2Decoder(BuiltinDecoder):
             t = tensors.pop(name).detach()  # consumed: see build_decoder's consume
             return (t.to(dtype) if dtype is not None else t).contiguous()
 
-        def split(weight: torch.Tensor) -> torch.Tensor:  # (out, in)
+        def pack(weight: torch.Tensor) -> torch.Tensor:  # (out, in)
             return pack_weight(weight, target, packed)
 
         blocks = []
@@ -245,21 +245,21 @@ class GPT2Decoder(BuiltinDecoder):
                 GPT2Block(  # Conv1D weights are (in, out): transposed (copied) once, here
                     ln1_weight=get(p + "ln_1.weight"),
                     ln1_bias=get(p + "ln_1.bias"),
-                    qkv=split(get(p + "attn.c_attn.weight").t()),
+                    qkv=pack(get(p + "attn.c_attn.weight").t()),
                     qkv_bias=get(p + "attn.c_attn.bias"),
-                    proj=split(get(p + "attn.c_proj.weight").t()),
+                    proj=pack(get(p + "attn.c_proj.weight").t()),
                     proj_bias=get(p + "attn.c_proj.bias"),
                     ln2_weight=get(p + "ln_2.weight"),
                     ln2_bias=get(p + "ln_2.bias"),
-                    fc=split(get(p + "mlp.c_fc.weight").t()),
+                    fc=pack(get(p + "mlp.c_fc.weight").t()),
                     fc_bias=get(p + "mlp.c_fc.bias"),
-                    out=split(get(p + "mlp.c_proj.weight").t()),
+                    out=pack(get(p + "mlp.c_proj.weight").t()),
                     out_bias=get(p + "mlp.c_proj.bias"),
                 )
             )
         wte = get("transformer.wte.weight")
         tied = settings.tie_word_embeddings
-        head = split(wte if tied else get("lm_head.weight"))
+        head = pack(wte if tied else get("lm_head.weight"))
         ln_f = (get("transformer.ln_f.weight"), get("transformer.ln_f.bias"))
         wpe = get("transformer.wpe.weight")
         return cls(settings, info, wte, wpe, blocks, ln_f, head)

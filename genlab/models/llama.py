@@ -517,8 +517,7 @@ def sdpa_keep_mask(
     keep = _keep_mask(attention_mask, past, new_len, sliding_window)
     if dtype is None:
         return keep, False
-    zero = torch.zeros((), dtype=dtype, device=keep.device)
-    return torch.where(keep, zero, torch.tensor(-math.inf, dtype=dtype, device=keep.device)), False
+    return additive_mask(keep, dtype, -math.inf), False
 
 
 def _keep_mask(
@@ -551,11 +550,14 @@ def static_keep_mask(
     return keep[:, None, None, :]
 
 
-def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """0 where ``keep``, the dtype's lowest finite value elsewhere (the reference's eager mask)."""
+def additive_mask(
+    keep: torch.Tensor, dtype: torch.dtype, fill: float | None = None
+) -> torch.Tensor:
+    """0 where ``keep``, ``fill`` elsewhere: by default the dtype's lowest finite value (the
+    reference's eager mask); SDPA turns a boolean mask into 0 / -inf."""
     zero = torch.zeros((), dtype=dtype, device=keep.device)
-    lowest = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=keep.device)
-    return torch.where(keep, zero, lowest)
+    masked = torch.finfo(dtype).min if fill is None else fill
+    return torch.where(keep, zero, torch.tensor(masked, dtype=dtype, device=keep.device))
 
 
 # --------------------------------------------------------------------------------------------
@@ -654,7 +656,7 @@ class LlamaDecoder(BuiltinDecoder):
         def maybe(name: str) -> torch.Tensor | None:
             return get(name) if name in tensors else None
 
-        def split(weight: torch.Tensor) -> torch.Tensor:
+        def pack(weight: torch.Tensor) -> torch.Tensor:
             return pack_weight(weight, target, packed)
 
         nh, nkv = settings.num_heads, settings.num_kv_heads
@@ -688,18 +690,18 @@ class LlamaDecoder(BuiltinDecoder):
                 gate_up_bias = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")])
             layers.append(
                 LlamaLayer(
-                    qkv=split(qkv),
+                    qkv=pack(qkv),
                     qkv_bias=qkv_bias,
-                    o=split(get(a + "o_proj.weight")),
+                    o=pack(get(a + "o_proj.weight")),
                     o_bias=maybe(a + "o_proj.bias"),
-                    gate_up=split(gate_up),
+                    gate_up=pack(gate_up),
                     gate_up_bias=gate_up_bias,
-                    down=split(get(m + "down_proj.weight")),
+                    down=pack(get(m + "down_proj.weight")),
                     down_bias=maybe(m + "down_proj.bias"),
                 )
             )
         embed = get("model.embed_tokens.weight").contiguous()
-        head = split(embed if settings.tie_word_embeddings else get("lm_head.weight"))
+        head = pack(embed if settings.tie_word_embeddings else get("lm_head.weight"))
         norm = get("model.norm.weight").contiguous()
         return cls(settings, info, embed, layers, norm, head)
 

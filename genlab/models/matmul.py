@@ -103,8 +103,9 @@ def dense_weight(weight: torch.Tensor) -> torch.Tensor:
 
 
 def out_features(weight: torch.Tensor) -> int:
-    """The number of outputs of a weight in either form."""
-    return weight.shape[0] if weight.is_mkldnn else weight.shape[0] * weight.shape[1]
+    """The number of outputs of a weight in either form (packed (out, in); split
+    (parts, out // parts, in))."""
+    return weight.shape[0] if weight.dim() == 2 else weight.shape[0] * weight.shape[1]
 
 
 def matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = None):
@@ -177,8 +178,7 @@ _OPS.impl("matmul", _matmul, "CompositeExplicitAutograd")
 
 @torch.library.register_fake("genlab::matmul", lib=_OPS)
 def _matmul_shape(x, weight, add):
-    width = weight.shape[0] if weight.dim() == 2 else weight.shape[0] * weight.shape[1]
-    return x.new_empty(x.shape[0], width)
+    return x.new_empty(x.shape[0], out_features(weight))
 
 
 def head_logits(kept: torch.Tensor, head: torch.Tensor) -> torch.Tensor:

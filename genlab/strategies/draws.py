@@ -28,16 +28,16 @@ _EXACT: list[bool] = []  # [whether the fast race reproduces torch.multinomial],
 def multinomial(probs: torch.Tensor, num_samples: int) -> torch.LongTensor:
     """``torch.multinomial(probs, num_samples)`` (without replacement) on the default
     generator: (rows, vocab) -> (rows, num_samples), bit-identical to it."""
-    if probs.device.type != "cpu" or probs.dtype not in (torch.float32, torch.float64):
-        return torch.multinomial(probs, num_samples)
-    if probs.dim() != 2 or not exact_race():
-        return torch.multinomial(probs, num_samples)
-    # torch's own checks first (inf, nan, negative, an all-zero row): it raises its errors
-    if not bool((probs.max() < float("inf")) & (probs.min() >= 0)) or bool(
-        (probs.sum(1) == 0).any()
-    ):
-        return torch.multinomial(probs, num_samples)
-    return _race(probs, num_samples, None)
+    race = (
+        probs.device.type == "cpu"
+        and probs.dtype in (torch.float32, torch.float64)
+        and probs.dim() == 2
+        and exact_race()
+        # what torch checks (inf, nan, negative, an all-zero row): it raises its own errors
+        and bool((probs.max() < float("inf")) & (probs.min() >= 0))
+        and not bool((probs.sum(1) == 0).any())
+    )
+    return _race(probs, num_samples, None) if race else torch.multinomial(probs, num_samples)
 
 
 def _buffer(numel: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
