@@ -11,6 +11,7 @@ import time
 import ipywidgets as widgets
 import pytest
 import torch
+from ipywidgets.widgets import widget as widget_registry
 
 import genlab
 from genlab import config as config_module
@@ -92,6 +93,52 @@ def test_every_field_has_a_control_in_its_group():
     assert list(panel.accordion.titles) == [GROUP_TITLES[g] for g in panel.groups]
     page = panel.accordion.pages[list(panel.groups).index("logits")]
     assert panel.controls["top_p"].box in page.children
+
+
+def _models() -> int:
+    return len(widget_registry._instances)
+
+
+def test_closed_groups_send_no_widgets_until_opened():
+    """A thousand widget models at once overran the kernel's IOPub queue and the browser
+    lost some ("widget model not found"): a group's controls exist once it is opened."""
+    before = _models()
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=8))
+    assert _models() - before < 300  # every group built: about 1,000
+    assert set(panel.controls.built) == set(panel.groups["length"])
+    logits = list(panel.groups).index("logits")
+    assert panel.accordion.pages[logits].children == ()
+    panel.accordion.headers[logits].click()
+    assert set(panel.groups["logits"]) <= set(panel.controls.built)
+    assert len(panel.accordion.pages[logits].children) == len(panel.groups["logits"])
+    panel.accordion.headers[logits].click()  # closing keeps what was built
+    assert len(panel.accordion.pages[logits].children) == len(panel.groups["logits"])
+
+
+def test_a_group_built_late_shows_the_current_values_and_errors():
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=8))
+    panel.replace(GenerationConfig(max_new_tokens=8, do_sample=True, top_k=7))
+    assert "top_k" not in panel.controls.built
+    assert panel.values()["top_k"] == 7  # an unbuilt field reads the config
+    assert panel.controls["top_k"].input.value == 7  # built now, with the new value
+    assert panel.controls["do_sample"].input.value is True
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=8, do_sample=True))
+    assert "temperature" not in panel.controls.built
+    assert not panel.set("temperature", 0.0)  # a field of a closed group, refused
+    assert "genlab-error" in panel.controls["temperature"].status.value
+    assert panel.config.temperature == 1.0 and "temperature" in panel.errors
+
+
+def test_every_live_panel_stays_under_a_few_hundred_widget_models(classic):
+    for make in (
+        lambda: Playground(classic, "The", max_new_tokens=3),
+        lambda: StepDebugger(classic, "The", max_new_tokens=3),
+        lambda: CompareView(classic, "The", {"a": {}, "b": {"do_sample": True}}),
+    ):
+        before = _models()
+        view = make()
+        getattr(view, "wait", lambda: None)()
+        assert _models() - before < 600, type(view).__name__
 
 
 def test_a_new_field_appears_by_itself(monkeypatch):

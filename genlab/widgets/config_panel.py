@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import html
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +88,19 @@ class Sections(widgets.VBox):
     """Foldable groups whose headers are buttons: reachable with Tab, opened and closed
     with Enter or Space, with a visible focus ring (an Accordion's headers are not
     keyboard-reachable in JupyterLab). ``titles``, ``pages`` and ``selected_index`` (the
-    open group, None for none) as an Accordion has them."""
+    open group, None for none) as an Accordion has them; ``on_open(i)`` is called before
+    page ``i`` is shown (the ConfigPanel fills a page then)."""
 
-    def __init__(self, pages: list[widgets.Widget], titles: list[str]) -> None:
+    def __init__(
+        self,
+        pages: list[widgets.Widget],
+        titles: list[str],
+        on_open: Callable[[int], None] | None = None,
+    ) -> None:
         self.titles = tuple(titles)
         self.pages = list(pages)
         self.headers = []
+        self.on_open = on_open
         self._open: int | None = None
         rows = []
         for i, (title, page) in enumerate(zip(self.titles, self.pages)):
@@ -115,6 +122,8 @@ class Sections(widgets.VBox):
 
     @selected_index.setter
     def selected_index(self, index: int | None) -> None:
+        if index is not None and self.on_open is not None:
+            self.on_open(index)
         self._open = index
         for i, (title, header, page) in enumerate(zip(self.titles, self.headers, self.pages)):
             shown = i == index
@@ -123,6 +132,36 @@ class Sections(widgets.VBox):
 
     def toggle(self, index: int) -> None:
         self.selected_index = None if self._open == index else index
+
+
+class Controls(Mapping):
+    """The panel's controls by field name, every field of :data:`FIELDS` listed, each
+    built the first time it is needed: when its group is opened, or when code reads
+    ``controls[name]`` (which builds the whole group). A panel of ~90 fields would
+    otherwise send about a thousand widget models to the browser at once, most of them
+    inside closed groups; ``built`` holds the ones that exist."""
+
+    def __init__(self, names: list[str], build: Callable[[str], None]) -> None:
+        self._names = list(names)
+        self._known = set(names)
+        self._build = build
+        self.built: dict[str, FieldControl] = {}
+
+    def __getitem__(self, name: str) -> FieldControl:
+        if name not in self.built:
+            if name not in self._known:
+                raise KeyError(name)
+            self._build(name)
+        return self.built[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._known
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def group_fields(groups=GROUPS) -> dict[str, list[str]]:
@@ -141,7 +180,9 @@ class ConfigPanel(widgets.VBox):
     vocab_size: token ids outside ``[0, vocab_size)`` are rejected;
     open_group: the group shown expanded first.
 
-    Attributes for code and tests: ``config``, ``controls`` (name -> FieldControl),
+    Attributes for code and tests: ``config``, ``controls`` (name -> FieldControl; a
+    group's controls are built when it is first opened or one of them is read, see
+    :class:`Controls`),
     ``errors`` (name -> message of the rejected value), ``notes`` (warnings of the last
     valid change), ``mode`` (inferred generation mode).
 
@@ -173,20 +214,12 @@ class ConfigPanel(widgets.VBox):
         self._syncing = False
         self.mode, _ = validate_quietly(self.config)
 
-        self.controls: dict[str, FieldControl] = {}
         self.groups = group_fields()
-        pages = []
-        for names in self.groups.values():
-            boxes = []
-            for name in names:
-                control = make_control(FIELDS[name], getattr(self.config, name, None), tokenizer)
-                self.controls[name] = control
-                for w in control.watched():
-                    w.observe(self._changed_handler(name), names="value")
-                boxes.append(control.box)
-            pages.append(widgets.VBox(boxes))
+        self._group_of = {name: g for g, names in self.groups.items() for name in names}
+        self.controls = Controls(list(self._group_of), self._build_field)
+        pages = [widgets.VBox() for _ in self.groups]
         titles = [GROUP_TITLES.get(g, g.replace("_", " ").capitalize()) for g in self.groups]
-        self.accordion = Sections(pages, titles)
+        self.accordion = Sections(pages, titles, on_open=self._build_page)
         if open_group in self.groups:
             self.accordion.selected_index = list(self.groups).index(open_group)
 
@@ -308,16 +341,21 @@ class ConfigPanel(widgets.VBox):
         """Show the config's current values in every control."""
 
         def show_all():
-            for name, control in self.controls.items():
+            for name, control in self.controls.built.items():
                 control.show(getattr(self.config, name, None))
                 control.set_status()
 
         self._sync(show_all)
 
     def values(self) -> dict[str, Any]:
-        """What the controls read now, by field (a field that fails to parse is left out)."""
+        """What the controls read now, by field (a field that fails to parse is left out;
+        a field whose group was never opened reads the config's value, as it would show)."""
         out = {}
-        for name, control in self.controls.items():
+        for name in self.controls:
+            control = self.controls.built.get(name)
+            if control is None:
+                out[name] = copy.deepcopy(getattr(self.config, name, None))
+                continue
             try:
                 out[name] = control.read()
             except ValueError:
@@ -353,6 +391,26 @@ class ConfigPanel(widgets.VBox):
         return (data, meta) if meta else data
 
     # -- internals -------------------------------------------------------------------------
+    def _build_field(self, name: str) -> None:
+        self._build_page(list(self.groups).index(self._group_of[name]))
+
+    def _build_page(self, index: int) -> None:
+        """Build the controls of group ``index`` (once), showing the config's values."""
+        page = self.accordion.pages[index]
+        names = list(self.groups.values())[index]
+        if names[0] in self.controls.built:
+            return
+        boxes = []
+        for name in names:
+            control = make_control(FIELDS[name], getattr(self.config, name, None), self.tokenizer)
+            self.controls.built[name] = control
+            for w in control.watched():
+                w.observe(self._changed_handler(name), names="value")
+            if name in self.errors:
+                control.set_status(self.errors[name], "error")
+            boxes.append(control.box)
+        page.children = boxes
+
     def _sync(self, fn) -> None:
         self._syncing = True
         try:

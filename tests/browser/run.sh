@@ -27,6 +27,7 @@ export XDG_CONFIG_HOME=$ROOT/.xdg/config XDG_CACHE_HOME=$ROOT/.xdg/cache
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
 APP_SETTINGS=$ROOT/.jupyter/app-settings
 ARTIFACTS=$ROOT/artifacts/browser
+rm -rf "$ARTIFACTS/first-try"
 mkdir -p "$TMPDIR" "$JUPYTER_RUNTIME_DIR" "$IPYTHONDIR" "$MPLCONFIGDIR" "$XDG_CONFIG_HOME" \
          "$XDG_CACHE_HOME" "$APP_SETTINGS" "$ARTIFACTS"
 
@@ -50,43 +51,54 @@ if [ "$MODE" = "--no-widgets" ]; then
   "$VENV/bin/jupyter" labextension disable --level=user @jupyter-widgets/jupyterlab-manager
 fi
 
-# 4. The notebook the browser runs: a fresh copy without outputs, inside the checkout
-#    (the server's root; genlab is imported from the venv)
+# 4. The notebook the browser runs: a fresh copy without outputs for each try, inside the
+#    checkout (the server's root; genlab is imported from the venv)
 WORK=$ROOT/.tmp/browser
-rm -rf "$WORK" && mkdir -p "$WORK"
-cp "$ROOT/tests/browser/panels.ipynb" "$WORK/panels.ipynb"
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}  # the kernel imports this checkout's genlab
 
-# 5. JupyterLab from the project venv, on a free port; killed on exit
-PORT=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-LOG=$ARTIFACTS/jupyterlab.log
-"$VENV/bin/jupyter" lab --no-browser --port "$PORT" --ip 127.0.0.1 --allow-root \
-  --IdentityProvider.token='' --ServerApp.password='' --ServerApp.root_dir="$WORK" \
-  --LabApp.app_settings_dir="$APP_SETTINGS" --LabApp.extension_manager=readonly \
-  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
-  > "$LOG" 2>&1 &
-LAB_PID=$!
-cleanup() { kill "$LAB_PID" 2>/dev/null || true; wait "$LAB_PID" 2>/dev/null || true; }
+# 5. JupyterLab from the project venv on a free port, the check against it, the server
+#    killed after it (each try gets a fresh server and kernel)
+LAB_PID=
+cleanup() {
+  if [ -n "$LAB_PID" ]; then kill "$LAB_PID" 2>/dev/null || true; wait "$LAB_PID" 2>/dev/null || true; fi
+}
 trap cleanup EXIT
-for _ in $(seq 1 240); do
-  if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/status")" = 200 ]; then
-    break
-  fi
-  sleep 0.25
-done
+lab_check() {  # lab_check ARTIFACTS_DIR
+  local out=$1 port rc
+  mkdir -p "$out"
+  rm -rf "$WORK" && mkdir -p "$WORK" && cp "$ROOT/tests/browser/panels.ipynb" "$WORK/panels.ipynb"
+  port=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$VENV/bin/jupyter" lab --no-browser --port "$port" --ip 127.0.0.1 --allow-root \
+    --IdentityProvider.token='' --ServerApp.password='' --ServerApp.root_dir="$WORK" \
+    --LabApp.app_settings_dir="$APP_SETTINGS" --LabApp.extension_manager=readonly \
+    --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+    > "$out/jupyterlab.log" 2>&1 &
+  LAB_PID=$!
+  for _ in $(seq 1 240); do
+    if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/status")" = 200 ]; then
+      break
+    fi
+    sleep 0.25
+  done
+  "$VENV/bin/python" "$ROOT/tests/browser/ui_check.py" "http://127.0.0.1:$port" \
+    "panels.ipynb" "$out" "$MODE"
+  rc=$?
+  cleanup
+  LAB_PID=
+  return $rc
+}
 
 # 6. The check
 set +e
-"$VENV/bin/python" "$ROOT/tests/browser/ui_check.py" "http://127.0.0.1:$PORT" \
-  "panels.ipynb" "$ARTIFACTS" "$MODE"
+lab_check "$ARTIFACTS"
 RC=$?
 if [ "$MODE" = "normal" ] && [ $RC -ne 0 ]; then
-  # Known flake (2026-11-24, about 1 run in 3 on a 2-core machine): a widget's comm model is
-  # sometimes "not found" by the page, or Run All stalls. A second run decides; a real
-  # failure fails both.
-  echo "browser check failed once; running it again"
-  "$VENV/bin/python" "$ROOT/tests/browser/ui_check.py" "http://127.0.0.1:$PORT" \
-    "panels.ipynb" "$ARTIFACTS" "$MODE"
+  # A second try on a fresh server decides (a real failure fails both); the first try's
+  # screenshots, console and server log stay in artifacts/browser/first-try/.
+  echo "browser check failed once; running it again on a fresh server"
+  rm -rf "$ARTIFACTS/first-try" && mkdir -p "$ARTIFACTS/first-try"
+  find "$ARTIFACTS" -maxdepth 1 -type f -exec mv {} "$ARTIFACTS/first-try/" \;
+  lab_check "$ARTIFACTS"
   RC=$?
 fi
 set -e

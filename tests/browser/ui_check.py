@@ -115,6 +115,20 @@ def run_all(page) -> None:
     raise RuntimeError("Run All never completed")
 
 
+def wait_for_panels(page, timeout: float = 30.0) -> None:
+    """Widget views appear after their outputs (and JupyterLab may draw cells only near
+    the viewport): scroll to each missing panel's cell until every panel has a view."""
+    end = time.time() + timeout
+    while time.time() < end:
+        missing = [sel for sel in PANELS.values() if not page.locator(sel).count()]
+        if not missing:
+            break
+        page.locator(".jp-NotebookPanel .jp-Cell").last.scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+    page.locator(".jp-NotebookPanel .jp-Cell").first.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+
+
 def move_slider(page, presses: int = 4) -> dict:
     """ArrowLeft on the max_new_tokens slider; wait until the result text changes."""
     before = page.locator(RESULT).first.inner_text()
@@ -202,7 +216,13 @@ def keyboard_reaches_group_headers(page) -> dict:
     if reached:
         name = page.evaluate("() => document.activeElement.innerText")
         page.keyboard.press("Enter")
-        page.wait_for_timeout(600)
+        try:  # the kernel builds the group's controls, then the header turns ▸ -> ▾
+            page.wait_for_function(
+                "(old) => document.activeElement.innerText[0] !== old[0]", arg=name,
+                timeout=15_000,
+            )  # fmt: skip
+        except Exception:
+            pass
         after = page.evaluate("() => document.activeElement.innerText")
         opened = after[:1] != name[:1]  # ▸ <-> ▾: Enter opened (or closed) the group
         outline = page.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
@@ -330,7 +350,7 @@ def main() -> int:
                 page.wait_for_selector(f"{RESULT} .genlab-token", timeout=20_000)
             except Exception as err:
                 print("no rendered Playground result:", str(err).splitlines()[0])
-            page.wait_for_timeout(500)
+            wait_for_panels(page)
             out = "\n".join(page.locator(".jp-NotebookPanel .jp-OutputArea").all_inner_texts())
             res.update(
                 {
@@ -402,6 +422,13 @@ def main() -> int:
     res["checks"] = checks
     print(json.dumps(checks, indent=1))
     ok = all(checks.values()) if MODE == "normal" else bool(res.get("rendered")) and changed
+    if not ok:  # the last lines of a CI log: what went wrong, in brief
+        print("failed checks:", [k for k, v in checks.items() if not v])
+        print("panel views:", res.get("panel_views"), "kernel printed ready:",
+              res.get("kernel_printed_ready"), "error displaying widget:",
+              res.get("error_displaying_widget"))  # fmt: skip
+        for err in res.get("console_errors", [])[:3]:
+            print("console:", err.splitlines()[0][:200])
     print("PLAYGROUND_WIDGETS_OK" if ok else "PLAYGROUND_WIDGETS_FAILED")
     return 0 if ok else 1
 

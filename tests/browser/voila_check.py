@@ -33,6 +33,8 @@ PLAYGROUND = ".genlab-playground"
 RESULT = f"{PLAYGROUND} .genlab-result"
 SLIDER = f"{PLAYGROUND} .genlab-field-max_new_tokens"
 DEBUGGER = ".genlab-debugger"
+LOCAL = "//127.0.0.1:"
+OFFLINE = "net::ERR_NAME_NOT_RESOLVED"  # a resource on another host (no internet here)
 CODE_SNIPPETS = ('genlab.load("demo")', "from genlab.widgets import", "Playground(lm")
 
 
@@ -77,6 +79,12 @@ def main() -> int:
                 viewport={"width": 1280, "height": 1600},
             )  # fmt: skip
             page = ctx.pages[0] if ctx.pages else ctx.new_page()
+            console: list[str] = []
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+            outside: list[str] = []  # offline here: requests to other hosts cannot resolve
+            page.on(
+                "requestfailed", lambda r: outside.append(r.url) if LOCAL not in r.url else None
+            )
             try:
                 # voila runs the whole notebook before it sends the page (model load included)
                 page.goto(f"http://127.0.0.1:{port}/", timeout=180_000, wait_until="load")
@@ -133,6 +141,11 @@ def main() -> int:
                 page.screenshot(path=str(ARTIFACTS / "voila_failure.png"), full_page=True)
                 raise
             finally:
+                res["console_errors"] = [
+                    c for c in console if c.startswith("error") and OFFLINE not in c
+                ][:5]
+                res["outside_requests_failed"] = outside[:5]
+                (ARTIFACTS / "voila_console.txt").write_text("\n".join(console))
                 ctx.close()
     finally:
         voila.terminate()
@@ -140,6 +153,9 @@ def main() -> int:
     res["secs_total"] = round(time.time() - t0, 1)
     print(json.dumps(res, indent=1))
     ok = bool(res.get("rendered") and res.get("playground_changed") and res.get("debugger_changed"))
+    ok = ok and not res["console_errors"]
+    for err in res.get("console_errors", [])[:3]:  # the last lines of a CI log, in brief
+        print("console:", err.splitlines()[0][:200])
     print("VOILA_APP_OK" if ok else "VOILA_APP_FAILED")
     return 0 if ok else 1
 
