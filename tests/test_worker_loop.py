@@ -356,3 +356,32 @@ def test_in_a_real_kernel_a_widget_message_cancels_the_running_generation():
     assert 3 <= first < 40  # the first generation was under way, and stopped early
     assert renders == [2] and version == 1 and seed == 2
     assert "seed 2" in status and "40 tokens" in status
+
+
+def test_debugger_clicks_are_drawn_on_the_loop_and_wait_draws_at_once():
+    """In a kernel the StepDebugger draws a click's view from a loop callback (no timer
+    thread touches the widgets); a cell that waits draws it on the spot."""
+    from genlab.widgets.debugger import StepDebugger
+
+    model = Model()
+    dbg = StepDebugger(genlab.LM(model, model.tokenizer), "a", max_new_tokens=6, seed=0)
+    drawn: list[threading.Thread] = []
+    draw = dbg._draw
+    dbg._draw = lambda: (drawn.append(threading.current_thread()), draw())[1]
+
+    async def go():
+        for _ in range(3):
+            dbg.step_button.click()
+        assert isinstance(dbg._timer, asyncio.TimerHandle) and dbg._pending == 3
+        await asyncio.sleep(0.1)
+        assert dbg._pending == 0 and len(drawn) == 1  # three clicks, one view
+        dbg.step_button.click()
+        dbg.wait(timeout=5.0)  # no await: drawn here, not after the timeout
+        assert dbg._pending == 0 and len(drawn) == 2
+        await asyncio.sleep(0.05)  # the cancelled-or-fired timer draws nothing more
+
+    t0 = time.monotonic()
+    in_loop(go)
+    assert time.monotonic() - t0 < 3.0
+    assert len(drawn) == 2 and all(t is MAIN for t in drawn)
+    assert dbg.run.step_index == 4

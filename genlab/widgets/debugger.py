@@ -16,6 +16,7 @@ history table lists every step so far.
 from __future__ import annotations
 
 import ast
+import asyncio
 import html
 import threading
 import time
@@ -44,6 +45,10 @@ from .render import (
     text_block,
     token_spans,
 )
+from .worker import running_loop
+
+#: seconds of quiet after a click before its view is drawn (quick clicks draw once)
+DEFER = 0.02
 
 
 def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
@@ -205,7 +210,7 @@ class StepDebugger(widgets.VBox):
         self.timings: dict[str, float] = {}
         self._lock = threading.RLock()
         self._pending = 0  # actions whose view is not drawn yet
-        self._timer: threading.Timer | None = None
+        self._timer: threading.Timer | asyncio.TimerHandle | None = None
         self.defer_render = False  # buttons set it: quick clicks are drawn once
 
         self.step_button.on_click(lambda _: self._click(self.step))
@@ -437,9 +442,13 @@ class StepDebugger(widgets.VBox):
             self._pending += 1
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer = threading.Timer(0.02, self._deferred_render)
-            self._timer.daemon = True
-            self._timer.start()
+            loop = running_loop()
+            if loop is not None:  # a kernel: drawn on its thread, between its messages
+                self._timer = loop.call_later(DEFER, self._deferred_render)
+            else:
+                self._timer = threading.Timer(DEFER, self._deferred_render)
+                self._timer.daemon = True
+                self._timer.start()
 
     def _deferred_render(self) -> None:
         with self._lock:
@@ -456,6 +465,8 @@ class StepDebugger(widgets.VBox):
     def wait(self, timeout: float = 10.0) -> None:
         """Wait until the view of the last action is drawn (after button clicks), at most
         ``timeout`` seconds."""
+        if self._pending and isinstance(self._timer, asyncio.TimerHandle):
+            self._deferred_render()  # a cell waits: the loop cannot fire the timer now
         end = time.perf_counter() + timeout
         while self._pending and time.perf_counter() < end:
             time.sleep(0.005)
