@@ -125,3 +125,54 @@ def storm(slow_lm, actions):
         assert pg.result.sequences[0, :n].tolist() == prompt_ids[0].tolist()
     else:  # shown in the panel, never raised; the settings that cannot run are named
         assert "genlab-error" in pg.status.value
+
+
+# ----------------------------------------------------------------------------------------
+# ConfigPanel: groups built lazily show the same values as groups built at once
+# ----------------------------------------------------------------------------------------
+from genlab.config import FIELDS, GenerationConfig  # noqa: E402
+from genlab.widgets.config_panel import PRESETS, ConfigPanel  # noqa: E402
+
+SIMPLE = [n for n, s in FIELDS.items() if s.kind in ("int", "float", "bool") and not s.token_ids]
+panel_action = st.one_of(
+    st.tuples(st.just("open"), st.integers(0, 9)),
+    st.tuples(st.just("close")),
+    st.tuples(st.just("set"), st.sampled_from(sorted(VALUES))).flatmap(
+        lambda t: st.tuples(st.just("set"), st.just(t[1]), VALUES[t[1]])
+    ),
+    st.tuples(st.just("preset"), st.sampled_from(sorted(PRESETS))),
+    st.tuples(st.just("reset")),
+    st.tuples(st.just("read"), st.sampled_from(SIMPLE)),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(panel_action, min_size=1, max_size=12))
+def test_lazily_built_groups_always_show_the_config(actions):
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=8))
+    for act in actions:
+        if act[0] == "open":
+            panel.accordion.selected_index = act[1] % len(panel.groups)
+        elif act[0] == "close":
+            panel.accordion.selected_index = None
+        elif act[0] == "set":
+            panel.set(act[1], act[2])
+        elif act[0] == "preset":
+            panel.apply_preset(act[1])
+        elif act[0] == "reset":
+            panel.reset()
+        else:
+            panel.controls[act[1]]  # code reads a control: its group is built
+        values = panel.values()
+        for name in SIMPLE:
+            if name in panel.errors:
+                continue  # a refused value stays in its control, the config keeps its own
+            shown, value = values[name], getattr(panel.config, name)
+            if isinstance(value, float) and isinstance(shown, float):  # a slider's step
+                assert abs(shown - value) <= (FIELDS[name].step or 0.01), (act, name)
+            else:
+                assert shown == value, (act, name)
+        for i, page in enumerate(panel.accordion.pages):
+            names = list(panel.groups.values())[i]
+            built = names[0] in panel.controls.built
+            assert len(page.children) == (len(names) if built else 0)
