@@ -4,7 +4,10 @@ worker threads (no event loop), once inside an asyncio loop on the main thread (
 
 Whatever the sequence: no exception escapes, never two generations run at once, and once
 everything has settled the result shown belongs to the final settings (or, if the final
-settings cannot run, the error is shown and the last good result stays)."""
+settings cannot run, the error is shown and the last good result stays).
+
+And random opens, closes, sets, presets and resets of a ConfigPanel, whose groups are
+built when first opened: every group shows the config's values, whenever it was built."""
 
 from __future__ import annotations
 
