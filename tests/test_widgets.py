@@ -141,6 +141,37 @@ def test_every_live_panel_stays_under_a_few_hundred_widget_models(classic):
         assert _models() - before < 600, type(view).__name__
 
 
+def test_every_dropdown_shows_its_value_none_included():
+    """An ipywidgets Dropdown reads the value None as "nothing selected": low_memory,
+    cache_implementation and the watermark scheme showed a blank box instead of "None" /
+    "off", and choosing "None" in the browser blanked the box again."""
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=8))
+    dropdowns = {
+        name: c.input for name, c in panel.controls.items() if isinstance(c.input, widgets.Dropdown)
+    }
+    assert {"low_memory", "watermarking_config", "early_stopping"} <= set(dropdowns)
+    for name, box in dropdowns.items():
+        assert box.index is not None and box.label, name  # something is selected
+        want = None if name == "watermarking_config" else getattr(panel.config, name)
+        assert box.choice is want or box.choice == want, name
+    assert dropdowns["low_memory"].label == "None"
+    assert dropdowns["watermarking_config"].label == "off"
+    assert dropdowns["early_stopping"].label == "False"
+    low = dropdowns["low_memory"]
+    low.value = low.options[2][1]  # what choosing "True" in the browser sends
+    assert panel.config.low_memory is True and low.label == "True"
+    low.value = low.options[0][1]  # and "None"
+    assert panel.config.low_memory is None and low.label == "None" and low.index == 0
+    panel.set("early_stopping", "never")
+    assert dropdowns["early_stopping"].label == "never"
+    panel.set("early_stopping", True)  # True, not the option 1 == True
+    assert dropdowns["early_stopping"].label == "True"
+    panel.set("watermarking_config", WatermarkingConfig())
+    assert dropdowns["watermarking_config"].label.startswith("green list")
+    panel.set("watermarking_config", None)
+    assert dropdowns["watermarking_config"].label == "off"
+
+
 def test_a_new_field_appears_by_itself(monkeypatch):
     spec = FieldSpec(
         "brand_new_knob",
@@ -173,11 +204,9 @@ def test_control_types_follow_the_field_kinds():
     assert isinstance(c["do_sample"].input, widgets.Checkbox)
     assert isinstance(c["length_penalty"].input, widgets.FloatSlider)  # bounded to [-50, 50]
     assert isinstance(c["pad_token_id"].input, widgets.IntText)  # token ids: typed
-    assert c["early_stopping"].input.options == (
-        ("False", False),
-        ("True", True),
-        ("never", "never"),
-    )
+    box = c["early_stopping"].input
+    assert [label for label, _ in box.options] == ["False", "True", "never"]
+    assert box.choices == [False, True, "never"]
     assert isinstance(c["output_logits"].input, widgets.Dropdown)  # nullable bool
     for name in ("bad_words_ids", "sequence_bias", "stop_strings"):
         assert isinstance(c[name].input, widgets.Textarea), name
@@ -280,7 +309,7 @@ def test_presets_set_their_mode_and_keep_the_length(preset, mode):
     assert panel.controls["num_beams"].input.value == panel.config.num_beams
     if preset == "watermarked":
         assert isinstance(panel.config.watermarking_config, WatermarkingConfig)
-        assert panel.controls["watermarking_config"].input.value == "greenlist"
+        assert panel.controls["watermarking_config"].input.choice == "greenlist"
 
 
 def test_reset_restores_the_starting_config_and_controls():
@@ -296,14 +325,14 @@ def test_reset_restores_the_starting_config_and_controls():
 def test_watermark_editor_builds_the_config_from_its_fields():
     panel = ConfigPanel(GenerationConfig(do_sample=True))
     control = panel.controls["watermarking_config"]
-    control.input.value = "greenlist"
+    control.input.choose("greenlist")  # picked in the browser: its position is sent
     assert panel.config.watermarking_config == WatermarkingConfig()
     control.sub["greenlist"]["bias"].input.value = 4.0
     assert panel.config.watermarking_config.bias == 4.0
     control.sub["greenlist"]["greenlist_ratio"].input.value = 0.5
     assert panel.config.watermarking_config.greenlist_ratio == 0.5
-    control.input.value = None
-    assert panel.config.watermarking_config is None
+    control.input.value = 0  # "off", as the browser sends it
+    assert panel.config.watermarking_config is None and control.input.label == "off"
 
 
 def test_save_and_load_generation_config_json(tmp_path):
@@ -548,7 +577,7 @@ def test_watermark_explorer_detects_its_watermark(uniform):
     assert "wm-green" in wm.text_view.value
     wm.position.value = 3
     assert wm.greenlist.chosen.sum() == 1
-    wm.panel.controls["watermarking_config"].input.value = None
+    wm.panel.controls["watermarking_config"].input.choose(None)
     wm.update(sync=True)
     assert "shows the green-list watermark" in wm.error and wm.result is not None
 

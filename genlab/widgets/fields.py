@@ -64,8 +64,11 @@ SOFT_MAX: dict[str, float] = {
 #: values shown for SynthID fields that have no default (the reference's docs example)
 SYNTHID_EXAMPLE = {"ngram_len": 5, "keys": [654, 400, 836, 123, 340, 443, 597, 160, 57, 29]}
 
-LABEL_WIDTH = "190px"
+LABEL_WIDTH = "232px"  # the longest name, exponential_decay_length_penalty, in full
 INPUT_WIDTH = "300px"
+#: left margin of an input with no "None" checkbox before it: the inputs of a group
+#: start in one column (a checkbox is 24 px wide, plus its 2 px margins)
+INPUT_INDENT = "2px 2px 2px 30px"
 
 _ITEM_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,\s]+")
 
@@ -190,11 +193,20 @@ class FieldControl:
         self.spec = spec
         self.name = spec.name
         self.tokenizer = tokenizer
-        self.status = widgets.HTML(layout=widgets.Layout(margin="0 0 0 6px"))
+        # the status line takes the room that is left (a long message wraps there); the
+        # label and the inputs keep their widths
+        self.status = widgets.HTML(layout=widgets.Layout(margin="0 0 0 6px", flex="1 1 0%"))
         self.label = widgets.Label(
-            spec.name, tooltip=self._tooltip(), layout=widgets.Layout(width=LABEL_WIDTH)
+            spec.name,
+            tooltip=self._tooltip(),
+            layout=widgets.Layout(width=LABEL_WIDTH, flex="0 0 auto"),
         )
         self._build(value)
+        parts = self.parts()
+        for part in parts:
+            part.layout.flex = "0 0 auto"
+        if not isinstance(parts[0], widgets.Checkbox):
+            parts[0].layout.margin = INPUT_INDENT
         self.box = self._layout_box()
         self.box.add_class("genlab-field")
         self.box.add_class(f"genlab-field-{spec.name}")
@@ -355,51 +367,70 @@ class NumberControl(FieldControl):
 
 
 class BoolControl(FieldControl):
-    """A checkbox; a False/True/None dropdown when None is allowed."""
+    """A checkbox; a None/False/True dropdown when None is allowed."""
 
     def _build(self, value) -> None:
         if self.spec.nullable:
-            self.input = widgets.Dropdown(
-                options=[("None", None), ("False", False), ("True", True)],
-                value=value,
-                layout=widgets.Layout(width="100px"),
-            )
+            self.input = choice_dropdown([None, False, True], value, width="100px")
         else:
             self.input = widgets.Checkbox(
                 value=bool(value), indent=False, layout=widgets.Layout(width="40px")
             )
 
     def read(self):
-        return self.input.value
+        return self.input.choice if self.spec.nullable else self.input.value
 
     def show(self, value) -> None:
-        self.input.value = value if self.spec.nullable else bool(value)
+        if self.spec.nullable:
+            self.input.choose(value if value is None else bool(value))
+        else:
+            self.input.value = bool(value)
 
 
 class ChoiceControl(FieldControl):
     """A dropdown of the spec's choices (plus None when allowed)."""
 
     def _build(self, value) -> None:
-        options = [(str(c), c) for c in self.spec.choices or ()]
+        choices = list(self.spec.choices or ())
         if self.spec.nullable:
-            options.insert(0, ("None", None))
-        self._values = [v for _, v in options]
-        self.input = widgets.Dropdown(
-            options=options, value=self._match(value), layout=widgets.Layout(width="180px")
-        )
-
-    def _match(self, value):
-        # Dropdown compares with ==, and True == 1: pick the option of the same type
-        for option in self._values:
-            if option is value or (type(option) is type(value) and option == value):
-                return option
-        return self._values[0]
+            choices.insert(0, None)
+        self.input = choice_dropdown(choices, value, width="180px")
 
     def read(self):
-        return self.input.value
+        return self.input.choice
 
     def show(self, value) -> None:
-        self.input.value = self._match(value)
+        self.input.choose(value)
+
+
+class ChoiceDropdown(widgets.Dropdown):
+    """A Dropdown whose options may include None: its values are the options' positions,
+    and ``choice`` / ``choose()`` give and take the options themselves. (An ipywidgets
+    Dropdown reads the value None as "nothing selected": an option None is shown as a
+    blank box, and choosing it in the browser blanks the box.)"""
+
+    def __init__(self, choices: list, labels: list[str], value: Any, **kwargs) -> None:
+        self.choices = list(choices)
+        super().__init__(options=list(zip(labels, range(len(choices)))), **kwargs)
+        self.choose(value)
+
+    @property
+    def choice(self) -> Any:
+        return self.choices[self.value]
+
+    def choose(self, value: Any) -> None:
+        """Select the option ``value`` (of the same type: True == 1 for a Dropdown); the
+        first option when none matches."""
+        for i, option in enumerate(self.choices):
+            if option is value or (type(option) is type(value) and option == value):
+                self.value = i
+                return
+        self.value = 0
+
+
+def choice_dropdown(choices: list, value: Any, width: str, labels=None) -> ChoiceDropdown:
+    labels = labels or [str(c) for c in choices]
+    return ChoiceDropdown(choices, labels, value, layout=widgets.Layout(width=width))
 
 
 class TextControl(FieldControl):
@@ -502,9 +533,8 @@ class WatermarkControl(FieldControl):
     )
 
     def _build(self, value) -> None:
-        self.input = widgets.Dropdown(
-            options=self.SCHEMES, value=self._scheme(value), layout=widgets.Layout(width="220px")
-        )
+        labels, keys = zip(*self.SCHEMES)
+        self.input = choice_dropdown(list(keys), self._scheme(value), "220px", list(labels))
         wm = value.to_dict() if isinstance(value, WatermarkingConfig) else {}
         sid = value.to_dict() if isinstance(value, SynthIDTextWatermarkingConfig) else {}
         self.sub = {
@@ -521,7 +551,7 @@ class WatermarkControl(FieldControl):
             k: widgets.VBox([c.box for c in v.values()], layout=widgets.Layout(margin="0 0 0 24px"))
             for k, v in self.sub.items()
         }
-        self._show_scheme(self.input.value)
+        self._show_scheme(self.input.choice)
 
     def _scheme(self, value):
         if isinstance(value, SynthIDTextWatermarkingConfig):
@@ -544,7 +574,7 @@ class WatermarkControl(FieldControl):
         return out
 
     def read(self):
-        scheme = self.input.value
+        scheme = self.input.choice
         self._show_scheme(scheme)
         if scheme is None:
             return None
@@ -553,7 +583,7 @@ class WatermarkControl(FieldControl):
 
     def show(self, value) -> None:
         scheme = self._scheme(value)
-        self.input.value = scheme
+        self.input.choose(scheme)
         self._show_scheme(scheme)
         if scheme is not None:
             for n, v in value.to_dict().items():
