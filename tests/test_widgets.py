@@ -872,3 +872,17 @@ def test_tables_print_large_and_infinite_numbers_readably():
     assert "-1.037" in text and "-1.0370433" not in text
     assert "-1e+09" in text and "-inf" in text and "0.500" in text
     assert "e+09" not in text.replace("-1e+09", "") and "None" not in text
+
+
+def test_debugger_settings_are_built_when_their_tab_is_first_shown(classic):
+    dbg = StepDebugger(classic, "The", max_new_tokens=3)
+    assert dbg.panel.controls.built == {}  # the Settings tab is hidden: nothing built yet
+    dbg.tabs.selected_index = dbg.SETTINGS_TAB
+    assert dbg.panel.accordion.titles[dbg.panel.accordion.selected_index] == "Logits manipulation"
+    assert set(dbg.panel.groups["logits"]) <= set(dbg.panel.controls.built)
+    dbg.panel.accordion.selected_index = None  # folded by the user: stays folded
+    dbg.tabs.selected_index = 0
+    dbg.tabs.selected_index = dbg.SETTINGS_TAB
+    assert dbg.panel.accordion.selected_index is None
+    with pytest.raises(ValueError, match="group must be one of"):
+        dbg.panel.open_group("nope")

@@ -220,8 +220,8 @@ class ConfigPanel(widgets.VBox):
         pages = [widgets.VBox() for _ in self.groups]
         titles = [GROUP_TITLES.get(g, g.replace("_", " ").capitalize()) for g in self.groups]
         self.accordion = Sections(pages, titles, on_open=self._build_page)
-        if open_group in self.groups:
-            self.accordion.selected_index = list(self.groups).index(open_group)
+        if open_group is not None:
+            self.open_group(open_group)
 
         self.mode_label = widgets.HTML()
         self.preset = widgets.Dropdown(
@@ -261,6 +261,13 @@ class ConfigPanel(widgets.VBox):
     def on_change(self, fn: Callable[[ConfigPanel, list[str]], None]) -> None:
         """Call ``fn(panel, changed_field_names)`` after every valid change."""
         self._listeners.append(fn)
+
+    def open_group(self, group: str) -> None:
+        """Show the settings group ``group`` (a key of ``groups``: "length", "logits" ...)
+        expanded, the others folded; its controls are built now if they were not."""
+        if group not in self.groups:
+            raise ValueError(f"group must be one of {list(self.groups)}, got {group!r}")
+        self.accordion.selected_index = list(self.groups).index(group)
 
     def set(self, name: str, value: Any) -> bool:
         """Set a field as a person would: shown in its control, validated, applied.
