@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import threading
 import time
 
@@ -872,6 +873,8 @@ def test_tables_print_large_and_infinite_numbers_readably():
     assert "-1.037" in text and "-1.0370433" not in text
     assert "-1e+09" in text and "-inf" in text and "0.500" in text
     assert "e+09" not in text.replace("-1e+09", "") and "None" not in text
+    # an HTML widget gets none of JupyterLab's table styles: the cells bring their spacing
+    assert re.search(r"\.genlab-table th, \.genlab-table td \{ padding: 2px 10px; \}", text)
 
 
 def test_debugger_settings_are_built_when_their_tab_is_first_shown(classic):

@@ -27,7 +27,7 @@ import ipywidgets as widgets
 
 from ..config import FIELDS, GROUPS, GenerationConfig, WatermarkingConfig
 from .fields import FieldControl, make_control
-from .render import WARNINGS_LOCK, message
+from .render import TABLE_CSS, WARNINGS_LOCK, message
 
 #: Titles of the groups, as the reference's documentation names them.
 GROUP_TITLES = {
@@ -386,7 +386,8 @@ class ConfigPanel(widgets.VBox):
         return (
             f'<div class="genlab-static"><b>{html.escape(self.title)}</b> &middot; mode '
             f"<b>{html.escape(self.mode)}</b>"
-            f'<table class="genlab-table"><tr><th>setting</th><th>value</th></tr>{rows}</table>'
+            f'{TABLE_CSS}<table class="genlab-table"><tr><th>setting</th><th>value</th></tr>'
+            f"{rows}</table>"
             f"{errors}</div>"
         )
 

@@ -35,6 +35,7 @@ from .config_panel import FOCUS_CSS, WARNINGS_LOCK, ConfigPanel
 from .live import initial_config
 from .playground import with_static_html
 from .render import (
+    TABLE_CSS,
     frame_html,
     message,
     png_html,
@@ -104,7 +105,7 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
         "(orange: the chosen token)</th></tr>"
     )
     return (
-        f'<div class="genlab-waterfall" style="overflow-x:auto;max-width:100%">'
+        f'<div class="genlab-waterfall" style="overflow-x:auto;max-width:100%">{TABLE_CSS}'
         f'<table class="genlab-table" style="border-collapse:collapse">{head}{"".join(rows)}'
         "</table></div>"
     )

@@ -112,6 +112,14 @@ def format_number(value, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+#: spacing of the panels' tables (an HTML widget gets none of JupyterLab's table styles:
+#: without it the headers of adjacent columns run together)
+TABLE_CSS = (
+    "<style>.genlab-table th, .genlab-table td { padding: 2px 10px; }"
+    " .genlab-table th { white-space: nowrap; }</style>"
+)
+
+
 def frame_html(frame: pd.DataFrame, digits: int = 3, max_rows: int = 200) -> str:
     """A DataFrame as a plain HTML table (numbers by :func:`format_number`, empty cells
     for missing values, never "None"), inside a box that scrolls rather than cuts."""
@@ -140,7 +148,7 @@ def frame_html(frame: pd.DataFrame, digits: int = 3, max_rows: int = 200) -> str
         formatters=formatters,
         na_rep="",
     )
-    return f'<div style="max-height:360px;max-width:100%;overflow:auto">{table}</div>'
+    return f'<div style="max-height:360px;max-width:100%;overflow:auto">{TABLE_CSS}{table}</div>'
 
 
 def message(text: str, kind: str = "info") -> str:
