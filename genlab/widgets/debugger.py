@@ -99,10 +99,11 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
             f"<td style='text-align:right;padding:1px 6px'>{st.tokens_kept:,}</td>"
             f"<td style='text-align:right;padding:1px 6px'>{removed}</td>{''.join(cells)}</tr>"
         )
+    cell = "padding:1px 6px;white-space:normal"  # the headers may wrap in this table
     head = (
-        "<tr><th>stage</th><th>tokens possible</th><th>mass removed</th>"
-        f"<th colspan='{k}' style='text-align:left'>most likely tokens after the stage "
-        "(orange: the chosen token)</th></tr>"
+        f"<tr><th style='{cell}'>stage</th><th style='{cell}'>tokens possible</th>"
+        f"<th style='{cell}'>mass removed</th><th colspan='{k}' style='{cell};text-align:left'>"
+        "most likely tokens after the stage (orange: the chosen token)</th></tr>"
     )
     return (
         f'<div class="genlab-waterfall" style="overflow-x:auto;max-width:100%">{TABLE_CSS}'
