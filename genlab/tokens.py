@@ -11,11 +11,15 @@ the whitespace a reader could not otherwise see drawn as symbols::
     >>> show_token("said")
     'said'
 
+A token that holds only part of a character (its text decodes to "\ufffd") is shown
+as the bytes it holds, read from its piece: ``⟨E6 97⟩`` (see :func:`shown`).
+
 This module is the one place for that rule; it imports nothing from the rest of genlab.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 #: symbols for whitespace a reader cannot see
@@ -59,6 +63,61 @@ def show_token(text: str) -> str:
     return SPACE * lead + core + SPACE * trail
 
 
+#: what decode() gives for bytes that are not a whole UTF-8 character
+REPLACEMENT = "\ufffd"
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE (GPT-2 and its descendants) writes each byte as one printable
+    character: the printable Latin-1 bytes as themselves, the other 68 bytes as the
+    characters from U+0100 on, in byte order. Returns character -> byte."""
+    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    moved = [b for b in range(256) if b not in keep]
+    alphabet = {chr(b): b for b in keep}
+    alphabet.update({chr(0x100 + i): b for i, b in enumerate(moved)})
+    return alphabet
+
+
+_BYTE_LEVEL = _byte_level_alphabet()
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte pieces
+
+
+def piece_bytes(piece: str) -> bytes | None:
+    """The bytes a tokenizer piece stands for: a byte-level BPE piece (``"âĢ"`` ->
+    ``b"\xe2\x80"``) or a byte-fallback piece (``"<0xE2>"``); None for other pieces."""
+    found = _BYTE_FALLBACK.fullmatch(piece)
+    if found:
+        return bytes([int(found.group(1), 16)])
+    if piece and all(ch in _BYTE_LEVEL for ch in piece):
+        return bytes(_BYTE_LEVEL[ch] for ch in piece)
+    return None
+
+
+def show_bytes(data: bytes) -> str:
+    """``data`` as text, with the bytes that are not whole UTF-8 characters written in
+    hexadecimal: ``b" \xe2\x80"`` -> ``" ⟨E2 80⟩"`` (a token holding part of a character)."""
+    out, rest = [], data
+    while rest:
+        try:
+            out.append(rest.decode("utf-8"))
+            break
+        except UnicodeDecodeError as err:
+            out.append(rest[: err.start].decode("utf-8"))
+            out.append(
+                "\u27e8" + " ".join(f"{b:02X}" for b in rest[err.start : err.end]) + "\u27e9"
+            )
+            rest = rest[err.end :]
+    return "".join(out).replace("\u27e9\u27e8", " ")
+
+
 def shown(tokenizer: Any, token_id: int) -> str:
-    """``show_token(token_text(tokenizer, token_id))``: one token as a person sees it."""
-    return show_token(token_text(tokenizer, token_id))
+    """One token as a person sees it: ``show_token(token_text(tokenizer, token_id))``, and
+    for a token that holds only part of a character (whose text decodes to ``"\ufffd"``)
+    its bytes, ``⟨E2 80⟩``, read from the token's piece."""
+    text = token_text(tokenizer, token_id)
+    if REPLACEMENT in text and hasattr(tokenizer, "convert_ids_to_tokens"):
+        piece = tokenizer.convert_ids_to_tokens(int(token_id))
+        data = piece_bytes(piece) if isinstance(piece, str) else None
+        if data is not None:
+            text = show_bytes(data)
+    return show_token(text)

@@ -95,6 +95,23 @@ def test_demo_round_trip_is_exact(demo_pair):
         assert ours.decode(ours.encode(text)) == text
 
 
+def test_a_token_holding_part_of_a_character_is_shown_as_its_bytes(demo_pair):
+    """decode() gives "\ufffd" for a token that holds only some bytes of a character (日 is
+    two tokens here); a person sees those bytes, read from the token's piece."""
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+
+    from genlab.tokens import _BYTE_LEVEL, piece_bytes, show_bytes, shown
+
+    ours, _, _ = demo_pair
+    assert _BYTE_LEVEL == {ch: b for b, ch in bytes_to_unicode().items()}
+    ids = ours.encode("日本 é")
+    assert [shown(ours, i) for i in ids] == ["\u27e8E6 97\u27e9", "\u27e8A5\u27e9", "本", "\u2423é"]
+    assert all("\ufffd" in ours.decode([i]) for i in ids[:2])  # what decode alone gives
+    assert piece_bytes("<0xE2>") == b"\xe2" and piece_bytes("\u2581said") is None
+    assert show_bytes(b" \xe2\x80") == " \u27e8E2 80\u27e9"
+    assert show_bytes(b"a\xe2b\xff") == "a\u27e8E2\u27e9b\u27e8FF\u27e9"
+
+
 def test_demo_special_tokens_and_vocab(demo_pair):
     ours, _, theirs = demo_pair
     assert (ours.bos_token_id, ours.eos_token_id, ours.pad_token_id, ours.unk_token_id) == (
