@@ -215,8 +215,8 @@ class ConfigPanel(widgets.VBox):
         self.mode, _ = validate_quietly(self.config)
 
         self.groups = group_fields()
-        self._group_of = {name: g for g, names in self.groups.items() for name in names}
-        self.controls = Controls(list(self._group_of), self._build_field)
+        self._page_of = {n: i for i, names in enumerate(self.groups.values()) for n in names}
+        self.controls = Controls(list(self._page_of), lambda n: self._build_page(self._page_of[n]))
         pages = [widgets.VBox() for _ in self.groups]
         titles = [GROUP_TITLES.get(g, g.replace("_", " ").capitalize()) for g in self.groups]
         self.accordion = Sections(pages, titles, on_open=self._build_page)
@@ -399,9 +399,6 @@ class ConfigPanel(widgets.VBox):
         return (data, meta) if meta else data
 
     # -- internals -------------------------------------------------------------------------
-    def _build_field(self, name: str) -> None:
-        self._build_page(list(self.groups).index(self._group_of[name]))
-
     def _build_page(self, index: int) -> None:
         """Build the controls of group ``index`` (once), showing the config's values."""
         page = self.accordion.pages[index]

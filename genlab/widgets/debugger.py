@@ -247,7 +247,6 @@ class StepDebugger(widgets.VBox):
             titles=["Current step", "Waterfall figure", "History", "Settings"],
         )
         self.tabs.observe(lambda _: self._guard(self._show_figure), names="selected_index")
-        self._settings_opened = False
         self.tabs.observe(self._settings_shown, names="selected_index")
         title = widgets.HTML(f"<b>genlab step debugger</b> &middot; {html.escape(str(lm.name))}")
         super().__init__(
@@ -426,15 +425,13 @@ class StepDebugger(widgets.VBox):
         finally:
             self.defer_render = False
 
-    SETTINGS_TAB = 3
+    SETTINGS_TAB = 3  # of self.tabs: Current step, Waterfall figure, History, Settings
 
     def _settings_shown(self, change) -> None:
         """The Settings tab shown for the first time: open its logits group there (its
         controls are built now, not while the tab is hidden)."""
-        if change["new"] == self.SETTINGS_TAB and not self._settings_opened:
-            self._settings_opened = True
-            if self.panel.accordion.selected_index is None:
-                self.panel.open_group("logits")
+        if change["new"] == self.SETTINGS_TAB and not self.panel.controls.built:
+            self.panel.open_group("logits")
 
     def _picked(self, change) -> None:
         if not getattr(self, "_picking", False):

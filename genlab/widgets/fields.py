@@ -371,7 +371,7 @@ class BoolControl(FieldControl):
 
     def _build(self, value) -> None:
         if self.spec.nullable:
-            self.input = choice_dropdown([None, False, True], value, width="100px")
+            self.input = ChoiceDropdown([None, False, True], value, "100px")
         else:
             self.input = widgets.Checkbox(
                 value=bool(value), indent=False, layout=widgets.Layout(width="40px")
@@ -394,7 +394,7 @@ class ChoiceControl(FieldControl):
         choices = list(self.spec.choices or ())
         if self.spec.nullable:
             choices.insert(0, None)
-        self.input = choice_dropdown(choices, value, width="180px")
+        self.input = ChoiceDropdown(choices, value, "180px")
 
     def read(self):
         return self.input.choice
@@ -407,11 +407,16 @@ class ChoiceDropdown(widgets.Dropdown):
     """A Dropdown whose options may include None: its values are the options' positions,
     and ``choice`` / ``choose()`` give and take the options themselves. (An ipywidgets
     Dropdown reads the value None as "nothing selected": an option None is shown as a
-    blank box, and choosing it in the browser blanks the box.)"""
+    blank box, and choosing it in the browser blanks the box.) ``labels`` default to the
+    options' ``str``."""
 
-    def __init__(self, choices: list, labels: list[str], value: Any, **kwargs) -> None:
+    def __init__(self, choices: list, value: Any, width: str, labels=None) -> None:
         self.choices = list(choices)
-        super().__init__(options=list(zip(labels, range(len(choices)))), **kwargs)
+        labels = labels or [str(c) for c in self.choices]
+        super().__init__(
+            options=list(zip(labels, range(len(self.choices)))),
+            layout=widgets.Layout(width=width),
+        )
         self.choose(value)
 
     @property
@@ -426,11 +431,6 @@ class ChoiceDropdown(widgets.Dropdown):
                 self.value = i
                 return
         self.value = 0
-
-
-def choice_dropdown(choices: list, value: Any, width: str, labels=None) -> ChoiceDropdown:
-    labels = labels or [str(c) for c in choices]
-    return ChoiceDropdown(choices, labels, value, layout=widgets.Layout(width=width))
 
 
 class TextControl(FieldControl):
@@ -534,7 +534,7 @@ class WatermarkControl(FieldControl):
 
     def _build(self, value) -> None:
         labels, keys = zip(*self.SCHEMES)
-        self.input = choice_dropdown(list(keys), self._scheme(value), "220px", list(labels))
+        self.input = ChoiceDropdown(keys, self._scheme(value), "220px", list(labels))
         wm = value.to_dict() if isinstance(value, WatermarkingConfig) else {}
         sid = value.to_dict() if isinstance(value, SynthIDTextWatermarkingConfig) else {}
         self.sub = {
