@@ -874,7 +874,7 @@ def test_tables_print_large_and_infinite_numbers_readably():
     assert "-1e+09" in text and "-inf" in text and "0.500" in text
     assert "e+09" not in text.replace("-1e+09", "") and "None" not in text
     # an HTML widget gets none of JupyterLab's table styles: the cells bring their spacing
-    assert re.search(r"\.genlab-table th, \.genlab-table td \{ padding: 2px 10px; \}", text)
+    assert re.search(r"\.genlab-table th, \.genlab-table td \{ padding: 2px 8px;", text)
 
 
 def test_debugger_settings_are_built_when_their_tab_is_first_shown(classic):

@@ -178,13 +178,19 @@ class StepDebugger(widgets.VBox):
             open_group=None,  # "logits" opens with the Settings tab (built only then)
             title="Settings (take effect at the next step)",
         )
-        self.step_button = widgets.Button(description="Step", button_style="primary")
-        self.run_button = widgets.Button(description="Run")
-        self.rewind_button = widgets.Button(description="Rewind")
+
+        def button(label: str, **kwargs) -> widgets.Button:  # as wide as its label, >= 80px
+            return widgets.Button(
+                description=label, layout=widgets.Layout(width="auto", min_width="80px"), **kwargs
+            )
+
+        self.step_button = button("Step", button_style="primary")
+        self.run_button = button("Run")
+        self.rewind_button = button("Rewind")
         self.rewind_count = widgets.BoundedIntText(
             value=1, min=1, max=10_000, layout=widgets.Layout(width="70px")
         )
-        self.fork_button = widgets.Button(description="Fork")
+        self.fork_button = button("Fork")
         self.run_picker = widgets.Dropdown(
             options=[("run 0", 0)], value=0, description="run", layout=widgets.Layout(width="160px")
         )

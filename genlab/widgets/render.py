@@ -113,10 +113,10 @@ def format_number(value, digits: int = 3) -> str:
 
 
 #: spacing of the panels' tables (an HTML widget gets none of JupyterLab's table styles:
-#: without it the headers of adjacent columns run together)
+#: without it the headers of adjacent columns run together); a row stays on one line, and
+#: a table wider than its panel scrolls sideways in its box (see :func:`frame_html`)
 TABLE_CSS = (
-    "<style>.genlab-table th, .genlab-table td { padding: 2px 10px; }"
-    " .genlab-table th { white-space: nowrap; }</style>"
+    "<style>.genlab-table th, .genlab-table td { padding: 2px 8px; white-space: nowrap; }</style>"
 )
 
 
