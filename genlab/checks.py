@@ -1,0 +1,56 @@
+"""Argument checks shared by every layer: is it an integer, a real number, in range.
+
+Each check raises a ``ValueError`` that names the argument, the value given and what is
+allowed, so a user can correct the call without reading the source.
+
+>>> check_int("top_k", 5, minimum=1)
+5
+>>> check_real("temperature", 0.7, allowed="> 0", ok=lambda t: t > 0)
+0.7
+>>> is_int(True), is_int(3), is_real(2.5)
+(False, True, True)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+
+def is_int(value: Any) -> bool:
+    """True for integers (Python's, numpy's), never for ``bool``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """True for real numbers (ints and floats of Python or numpy), never for ``bool``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_int_scalar_tensor(value: Any) -> bool:
+    """True for a one-element integer torch tensor (e.g. ``torch.tensor(3)``)."""
+    import torch
+
+    return isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
+
+
+def check_real(name: str, value: Any, *, allowed: str, ok) -> float:
+    """Return ``float(value)`` if it is a real number (not bool, not NaN) with
+    ``ok(value)`` true, else raise a ValueError naming ``name``, the value and ``allowed``."""
+    if not is_real(value) or math.isnan(value) or not ok(float(value)):
+        raise ValueError(f"`{name}` must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> int:
+    """Return ``value`` as an int if it is an integer (not bool; a one-element integer
+    tensor counts) in ``[minimum, maximum]``, else raise a ValueError naming ``name``."""
+    if is_int_scalar_tensor(value):
+        value = int(value)
+    allowed = (
+        f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+    )
+    if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"`{name}` must be {allowed}, got {value!r}")
+    return int(value)
