@@ -35,6 +35,11 @@ def is_int_scalar_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
 
 
+def is_int_like(value: Any) -> bool:
+    """:func:`is_int`, or a one-element integer tensor (how token ids often arrive)."""
+    return is_int(value) or is_int_scalar_tensor(value)
+
+
 def check_real(name: str, value: Any, *, allowed: str, ok) -> float:
     """Return ``float(value)`` if it is a real number (not bool, not NaN) with
     ``ok(value)`` true, else raise a ValueError naming ``name``, the value and ``allowed``."""

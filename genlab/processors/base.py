@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
-import numbers
 import types
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 import torch
+
+from ..checks import is_int_like
 
 # Class names (genlab's and transformers') of the processors that only run when sampling.
 WARPER_NAMES = frozenset(
@@ -172,24 +172,6 @@ class LogitsProcessorList(list):
 # argument checks and conversions shared by the processor families
 
 
-def check_real(name: str, value: Any, *, allowed: str, ok) -> float:
-    """Return ``float(value)`` if it is a real number (not bool) with ``ok(value)`` true,
-    else raise a ValueError naming ``name``, the value and the allowed range."""
-    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not is_number or math.isnan(value) or not ok(float(value)):
-        raise ValueError(f"`{name}` must be {allowed}, got {value!r}")
-    return float(value)
-
-
-def check_int(name: str, value: Any, *, minimum: int) -> int:
-    """Return ``value`` if it is an int (not bool) >= ``minimum``, else raise ValueError."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 def token_id_tensor(
     name: str, token_ids: int | Sequence[int] | torch.Tensor, device: Any = "cpu"
 ) -> torch.LongTensor:
@@ -204,7 +186,7 @@ def token_id_tensor(
         if isinstance(token_ids, int) and not isinstance(token_ids, bool):
             token_ids = [token_ids]
         values = list(token_ids) if isinstance(token_ids, Iterable) else None
-        if values is None or not all(_is_int(v) for v in values):
+        if values is None or not all(is_int_like(v) for v in values):
             raise ValueError(
                 f"`{name}` must be a token id or a list of token ids (integers >= 0), "
                 f"got {token_ids!r}"

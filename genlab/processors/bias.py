@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from .base import LogitsProcessor, _is_int, token_id_tensor
+from ..checks import is_int_like
+from .base import LogitsProcessor, token_id_tensor
 
 
 def _as_bias_dict(sequence_bias: Any) -> dict[tuple[int, ...], float]:
@@ -34,7 +35,7 @@ def _as_bias_dict(sequence_bias: Any) -> dict[tuple[int, ...], float]:
         if (
             not isinstance(ids, (list, tuple))
             or len(ids) == 0
-            or not all(_is_int(t) and int(t) >= 0 for t in ids)
+            or not all(is_int_like(t) and int(t) >= 0 for t in ids)
         ):
             raise ValueError(
                 f"`sequence_bias` token ids must be non-empty lists of integers >= 0, got {ids!r}"
@@ -127,7 +128,7 @@ class NoBadWordsLogitsProcessor(SequenceBiasLogitsProcessor):
             if (
                 not isinstance(ids, list)
                 or not ids
-                or not all(_is_int(t) and int(t) >= 0 for t in ids)
+                or not all(is_int_like(t) and int(t) >= 0 for t in ids)
             ):
                 raise ValueError(
                     f"`bad_words_ids` must be {form}; each inner list non-empty with integer "

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .base import LogitsProcessor, check_int, token_id_tensor
+from ..checks import check_int
+from .base import LogitsProcessor, token_id_tensor
 
 
 class MinLengthLogitsProcessor(LogitsProcessor):

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from .base import LogitsProcessor, check_real
+from ..checks import check_real
+from .base import LogitsProcessor
 
 
 class ClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):

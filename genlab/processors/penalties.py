@@ -11,7 +11,8 @@ from collections.abc import Collection, Sequence
 
 import torch
 
-from .base import LogitsProcessor, check_int, check_real, token_id_tensor
+from ..checks import check_int, check_real
+from .base import LogitsProcessor, token_id_tensor
 
 
 def _penalize(score: torch.Tensor, penalty: float) -> torch.Tensor:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import LogitsProcessor, check_int, check_real
+from ..checks import check_int, check_real
+from .base import LogitsProcessor
 
 
 def _keep_count(min_tokens_to_keep) -> int:
