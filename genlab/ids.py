@@ -30,9 +30,14 @@ def config_eos(config: Any) -> list[int]:
     return eos_list(getattr(config, "eos_token_id", None))
 
 
-def as_ids(x: Any, name: str) -> torch.LongTensor | None:
-    """A prompt as a (batch, length) tensor: a tensor or a (nested) list of ints; one row
-    may be given as 1-D. ``None`` stays ``None``."""
+def as_ids(x: Any, name: str, ndim: int = 2) -> torch.LongTensor | None:
+    """Token ids as a tensor: a tensor or a (nested) list of ints. With ``ndim=2`` a
+    (batch, length) tensor (one row may be given as 1-D); with ``ndim=1`` a (length,)
+    tensor (a single row may be given as (1, length)). ``None`` stays ``None``.
+
+    >>> as_ids([5, 6], "input_ids").shape, as_ids([[5, 6]], "ids", ndim=1).shape
+    (torch.Size([1, 2]), torch.Size([2]))
+    """
     if x is None:
         return None
     if not isinstance(x, torch.Tensor):
@@ -42,10 +47,13 @@ def as_ids(x: Any, name: str) -> torch.LongTensor | None:
             raise ValueError(
                 f"{name} must be a tensor or a (nested) list of ints of equal lengths: {e}"
             ) from None
-    if x.dim() == 1:
+    if ndim == 2 and x.dim() == 1:
         x = x.unsqueeze(0)
-    if x.dim() != 2:
-        raise ValueError(f"{name} must have shape (batch, length), got {tuple(x.shape)}")
+    if ndim == 1 and x.dim() == 2 and x.shape[0] == 1:
+        x = x[0]
+    if x.dim() != ndim:
+        shape = "(batch, length)" if ndim == 2 else "(length,)"
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
     return x
 
 

@@ -270,7 +270,9 @@ def _watermark(watermarking_config: Any, *, vocab_size, model, device) -> Any:
             "`watermarking_config` is set but the vocabulary size is unknown: pass "
             "`vocab_size=` (or `model=`) to build_processors"
         )
-    from genlab.watermark import watermark_processor  # the watermark layer sits above
+    # imported here: genlab.watermark's processors subclass processors.base.LogitsProcessor,
+    # so the watermark package imports this package (not the other way round at load time)
+    from genlab.watermark import watermark_processor
 
     return watermark_processor(watermarking_config, vocab_size=vocab_size, device=device)
 

@@ -203,7 +203,8 @@ class WatermarkExplorer(LiveView):
     def render(self, data) -> None:
         """Show data (the generation and its detection tables) in the widget."""
         from ..plots.watermark import running_z
-        from ..watermark import WatermarkDetector, watermark_html
+        from ..watermark import WatermarkDetector
+        from .watermark_html import watermark_html
 
         result, baseline = data
         wm = result.run.config.watermarking_config
