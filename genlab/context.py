@@ -118,6 +118,13 @@ class StepContext:
         return self._run.state.plan.stopping_criteria
 
     @property
+    def random(self):
+        """The run's :class:`~genlab.randomness.RunRandom`: every random draw of a strategy
+        comes from it (the run's own generator; the global one only for plain generate
+        calls without a seed, as in the reference)."""
+        return self._run.random
+
+    @property
     def processors(self):
         """The run's LogitsProcessorList (call :meth:`process` to get the hook points)."""
         return self._run.state.plan.processors
@@ -221,8 +228,9 @@ class StepContext:
 
     def spawn(self, model, cache=None, **kwargs):
         """A nested run on ``model`` (same arguments as :func:`genlab.start`), going on in
-        ``cache`` when one is given (a draft model's cache kept between drafts)."""
-        run = type(self._run)(model, **kwargs)
+        ``cache`` when one is given (a draft model's cache kept between drafts). It draws
+        from this run's random source, in the order the reference draws."""
+        run = type(self._run)(model, random=self._run.random, **kwargs)
         if cache is not None:
             run.state.cache = cache
         return run

@@ -20,7 +20,9 @@ observes the hook points like any other hook.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -30,14 +32,22 @@ import torch
 
 from .caches import compiled_forward, make_cache
 from .context import StepContext
-from .history import replay, restore_snapshot, take_snapshot
+from .history import RunHistory
 from .hooks import HookRegistry
 from .ids import check_ids
 from .inputs import prompt_from_mapping
 from .models.adapt import as_model
 from .prefix import PrefixCache
-from .prepare import config_values, make_plan, prepare_config, prepare_inputs, switch_strategy
-from .state import STATEFUL_PROCESSORS, Given, RunState, Snapshot, Undo
+from .prepare import (
+    config_values,
+    effective_config,
+    make_plan,
+    prepare_config,
+    prepare_inputs,
+    switch_strategy,
+)
+from .randomness import RunRandom
+from .state import STATEFUL_PROCESSORS, Given, RunState, Undo
 from .strategies import Selection, strategy_for
 from .tokens import show_token
 
@@ -77,6 +87,10 @@ class Step:
         lp = [round(v, 3) for v in self.logprobs.reshape(-1).tolist()]
         extra = ", forced" if self.forced else ""
         return f"Step({self.index}, tokens={shown}, logprobs={lp}, finished={self.finished}{extra})"
+
+
+class _AtLimit(Exception):
+    """A step was asked of a run that already holds max_length tokens."""
 
 
 def _set_up_warnings(fn):
@@ -126,8 +140,15 @@ class Run:
     use_model_defaults: whether the model's generation defaults fill unset fields;
     tokenizer: for stop strings, healing and readable records; trace: record every stage
     (``True`` or Tracer options such as ``{"top_k": 20}``); seed: the run's own random
-    stream; keep_history: keep snapshots so that :meth:`rewind` works; prefix_cache: a
-    :class:`~genlab.prefix.PrefixCache` whose prompt keys and values the run may reuse.
+    stream; keep_history: keep a :class:`~genlab.history.RunHistory` so that
+    :meth:`rewind` works; prefix_cache: a :class:`~genlab.prefix.PrefixCache` whose prompt
+    keys and values the run may reuse; random: a :class:`~genlab.randomness.RunRandom` to
+    draw from (nested runs share their parent's).
+
+    One thread at a time: a call from a second thread while the run is stepping waits for
+    it; a call from inside one of the run's own hooks (or processors, criteria, streamer)
+    raises a RuntimeError naming the hook point, except :meth:`fork` and :attr:`output`
+    from a ``step_end`` or ``finish`` hook, where the step has committed.
 
     >>> run = lm.start("Once upon a time", do_sample=True, seed=0)   # doctest: +SKIP
     >>> run.step(); run.config.top_k = 5; run.step(); run.rewind(1)  # doctest: +SKIP
@@ -155,6 +176,7 @@ class Run:
         seed: int | None = None,
         keep_history: bool = False,
         prefix_cache=None,
+        random: RunRandom | None = None,
         **kwargs,
     ) -> None:
         self.registry = HookRegistry()
@@ -162,11 +184,15 @@ class Run:
         self._tracer_off: list = []
         self.interrupted = False
         self.elapsed = 0.0
+        #: the Step record of every step taken (what :meth:`rewind` keeps in step)
         self.history: list[Step] = []
-        self._snapshots: list[Snapshot] = []
-        self._initial: Snapshot | None = None
+        self._history: RunHistory | None = None
         self._output = None
         self._ctx = StepContext(self)
+        self._lock = threading.Lock()  # one caller at a time (see _exclusive)
+        self._owner: int | None = None  # the thread holding the lock
+        self._stop_requested = False
+        self._finished_by: str | None = None
 
         def set_up():
             return self._set_up(
@@ -188,13 +214,14 @@ class Run:
                     seed=seed,
                     keep_history=keep_history,
                     prefix_cache=prefix_cache,
+                    random=random,
                 ),
             )
 
         _, caught = _set_up_warnings(set_up)
         self.given.warnings = caught
         if self.given.keep_history:
-            self._initial = take_snapshot(self)
+            self._history = RunHistory(self, replays=self._replays())
         if trace:
             from .trace import Tracer
 
@@ -214,6 +241,7 @@ class Run:
             model, config, unused, input_ids, attention_mask, parts["tokenizer"], generate
         )
         streamer = parts.pop("streamer")
+        parts_random = parts.pop("random")
         beam_streamer = streamer is not None and getattr(streamer, "is_beam_streamer", False)
         if streamer is not None and not beam_streamer and config.num_beams > 1:
             raise ValueError(
@@ -251,19 +279,15 @@ class Run:
                 given.prefix_cache = None
         if encdec is None:
             plan.compiled = compiled_forward(model, plan.config, cache, plan.mode)
-        rng = None
-        if given.seed is not None:  # the run's own random stream; the global one is kept
-            user = torch.get_rng_state()
-            torch.manual_seed(given.seed)
-            rng = torch.get_rng_state()
-            torch.set_rng_state(user)
+        #: where this run's random draws come from (its own generator unless it is a plain
+        #: generate() call without a seed: see genlab.randomness)
+        self.random = parts_random or RunRandom.for_run(given.seed, given.keep_history, device)
         self.state = RunState(
             sequences=sequences,
             attention_mask=mask.to(device).repeat_interleave(expand, dim=0),
             cache=cache,
             plan=plan,
             strategy=strategy,
-            rng=rng,
         )
         strategy.start(self._ctx)
         if beam_streamer:
@@ -272,13 +296,15 @@ class Run:
             self.state.streaming = True
             streamer.put(sequences.cpu())  # the prompt rows as generation starts (expanded)
 
-    def _refresh_plan(self) -> None:
-        """Rebuild the plan (and the strategy, on a mode switch) after a config change."""
+    def _refresh_plan(self, seen: dict | None = None) -> None:
+        """Rebuild the plan (and the strategy, on a mode switch) after a config change;
+        ``seen``: the config's values when the caller has them already."""
         state = self.state
-        seen = config_values(self.config)
+        seen = config_values(self.config) if seen is None else seen
         if seen == state.plan.seen:
             return
         plan = make_plan(self.config, self.given, seen)
+        self._check_length(plan)
         old = state.strategy
         cls = strategy_for(plan.mode)
         if type(old) is cls:
@@ -290,11 +316,121 @@ class Run:
             plan.compiled = compiled_forward(self.given.model, plan.config, state.cache, plan.mode)
         state.plan, state.strategy = plan, strategy
 
+    # -- one caller at a time ------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """True while a step, run, rewind, fork or edit is in progress (in any thread)."""
+        return self._lock.locked()
+
+    @contextlib.contextmanager
+    def _exclusive(self, op: str, committed_ok: bool = False):
+        """Hold the run for ``op``: another thread waits; a call from inside this run's own
+        step (a hook, processor, criterion or streamer) is refused by name, except
+        ``committed_ok`` operations from the hooks that run after the commit."""
+        me = threading.get_ident()
+        if self._owner == me:
+            point = self.registry.firing
+            if committed_ok and point in ("step_end", "finish"):
+                yield
+                return
+            where = (
+                f"a hook at {point!r}"
+                if point
+                else "a processor, stopping criterion or streamer of its step"
+            )
+            raise RuntimeError(
+                f"run.{op}() was called from inside {where} of this run, while it is "
+                f"stepping (step {self.state.step_index}): a run cannot {op} in the middle of "
+                "its own step. Call it after the step returns, or from a 'step_end' hook "
+                "(fork and output only)."
+            )
+        with self._lock:
+            self._owner = me
+            try:
+                yield
+            finally:
+                self._owner = None
+
     # -- public API --------------------------------------------------------------------------
     @property
     def finished(self) -> bool:
         """True once a stopping criterion ended every row (or the run was interrupted)."""
         return self.state.finished
+
+    @property
+    def finished_by(self) -> str | None:
+        """Why the run ended: ``"length"`` (max_length / max_new_tokens: raising it resumes
+        the run), ``"eos"`` (every row produced an EOS token), ``"criteria"`` (stop strings,
+        max_time or your own criteria), ``"interrupted"`` (:meth:`stop` or Ctrl-C); None
+        while it runs."""
+        return self._finished_by if self.state.finished else None
+
+    def set(self, **fields) -> Run:
+        """Change config fields now, checked at once: a value or a mode switch that cannot
+        apply is refused with a ValueError and the config stays as it was.
+
+        Lengths mean what they say: ``max_new_tokens`` (or ``max_length``) below what is
+        already generated is refused; raised on a run that ended by length, the run goes
+        on (its last step is computed again under the new limit).
+
+        >>> run.set(top_k=5, temperature=0.7)   # doctest: +SKIP
+        """
+        with self._exclusive("set"):
+            before = copy.deepcopy(self.config)
+            state = self.state
+            plan, strategy = state.plan, state.strategy
+            strategy_state = strategy.get_state()
+            try:
+                unused = self.config.update(**fields)
+                if unused:
+                    raise ValueError(f"not GenerationConfig fields: {', '.join(sorted(unused))}")
+                self._refresh_plan()
+            except BaseException:
+                self.config = before
+                state.plan, state.strategy = plan, strategy
+                strategy.set_state(strategy_state)
+                raise
+            st = self.state
+            if not st.finished and st.sequences.shape[1] >= int(st.plan.config.max_length):
+                self._finished_by = "length"  # the new limit is exactly what the run holds
+                self._finish(st)
+            self._resume_if_longer()
+        return self
+
+    def _check_length(self, plan) -> None:
+        """Refuse a length limit below the tokens already generated (before any change)."""
+        have = self.state.sequences.shape[1]
+        limit = int(plan.config.max_length)
+        if limit >= have:
+            return
+        generated = have - self.given.prompt_length
+        if self.config.max_new_tokens is not None:
+            field, value = "max_new_tokens", self.config.max_new_tokens
+        else:
+            field, value = "max_length", self.config.max_length
+        raise ValueError(
+            f"{field}={value} is below what this run already holds ({generated} generated "
+            f"tokens, {have} with the prompt): give at least {generated} new tokens, or "
+            f"rewind({generated - max(limit - self.given.prompt_length, 0)}) first"
+        )
+
+    def _resume_if_longer(self) -> None:
+        """A run that ended by length goes on when its limit was raised: its last step is
+        computed again under the new config (so rows that ended by EOS stay ended)."""
+        st = self.state
+        if not (st.finished and self._finished_by == "length" and st.step_index):
+            return
+        if int(effective_config(self.config, self.given).max_length) <= st.sequences.shape[1]:
+            return
+        if self._history is None:
+            raise ValueError(
+                "this run ended by length and keeps no history, so it cannot go on: start it "
+                "with keep_history=True (lm.start does), or start a new run"
+            )
+        config = copy.deepcopy(self.config)
+        self._rewind(1)
+        self.config = config
+        self._step(want_record=True)
 
     @property
     def pending_forced(self) -> tuple[int, ...]:
@@ -326,39 +462,19 @@ class Run:
         returns a function that removes it."""
         return self.registry.add(name, fn)
 
-    def set(self, **fields) -> Run:
-        """Change config fields now, checked at once: a value or a mode switch that cannot
-        apply is refused with a ValueError and the config stays as it was.
-
-        >>> run.set(top_k=5, temperature=0.7)   # doctest: +SKIP
-        """
-        before = copy.deepcopy(self.config)
-        state = self.state
-        plan, strategy = state.plan, state.strategy
-        strategy_state = strategy.get_state()
-        try:
-            unused = self.config.update(**fields)
-            if unused:
-                raise ValueError(f"not GenerationConfig fields: {', '.join(sorted(unused))}")
-            self._refresh_plan()
-        except BaseException:
-            self.config = before
-            state.plan, state.strategy = plan, strategy
-            strategy.set_state(strategy_state)
-            raise
-        return self
-
     def force(self, token) -> Run:
         """Make the next step(s) choose ``token``: an id, a list of ids, a token string or
         a text (all of its tokens, one per step). Queued ids: :attr:`pending_forced`."""
         ids = self._forced_ids(token)
-        self.state.forced = [*self.state.forced, *ids]
+        with self._exclusive("force"):
+            self.state.forced = [*self.state.forced, *ids]
         return self
 
     def clear_forced(self) -> tuple[int, ...]:
         """Drop the queued forced ids (e.g. after a rewind, to take another token instead);
         returns them."""
-        dropped, self.state.forced = tuple(self.state.forced), []
+        with self._exclusive("clear_forced"):
+            dropped, self.state.forced = tuple(self.state.forced), []
         return dropped
 
     def _forced_ids(self, token) -> list[int]:
@@ -395,22 +511,34 @@ class Run:
 
     def step(self) -> Step | None:
         """Advance one token; returns the Step record (None when already finished)."""
-        if self.state.finished:
-            return None
-        return self._step(want_record=True)
+        with self._exclusive("step"):
+            self._resume_if_longer()
+            if self.state.finished:
+                return None
+            return self._step(want_record=True)
 
     def run(self, max_steps: int | None = None, keep_on_interrupt: bool = True, progress=False):
         """Step until a stopping criterion ends the generation (or ``max_steps`` steps);
-        returns the output. KeyboardInterrupt keeps every step finished so far and returns
-        their output (with ``keep_on_interrupt=False`` it propagates, as nested runs need).
-        ``progress=True`` shows a tqdm bar (tokens so far, tokens/s; the notebook widget in
-        Jupyter)."""
+        returns the output. On KeyboardInterrupt the step in progress is undone and every
+        step before it kept: by default the run ends as interrupted and its output is
+        returned; with ``keep_on_interrupt=False`` the interrupt propagates (as
+        ``genlab.generate`` and the reference do). :meth:`stop` from another thread ends it
+        after the current step. ``progress=True`` shows a tqdm bar."""
+        with self._exclusive("run"):
+            return self._run_steps(max_steps, keep_on_interrupt, progress)
+
+    def _run_steps(self, max_steps, keep_on_interrupt, progress):
+        self._resume_if_longer()
         n = 0
         t0 = time.perf_counter()
         want = self.given.keep_history
         bar = self._progress_bar() if progress else None
+        self._stop_requested = False
         try:
             while not self.state.finished and (max_steps is None or n < max_steps):
+                if self._stop_requested:
+                    self._end_interrupted()
+                    break
                 before = self.state.sequences.shape[1]
                 self._step(want_record=want)
                 n += 1
@@ -419,19 +547,19 @@ class Run:
         except KeyboardInterrupt:
             if not keep_on_interrupt:
                 raise
-            self.interrupted = True
             warnings.warn(
                 f"generation interrupted after {self.state.step_index} steps; the tokens "
                 "produced so far are kept",
-                stacklevel=2,
+                stacklevel=3,
             )
-            self._finish(self.state)
+            self._end_interrupted()
         finally:
+            self._stop_requested = False
             self.elapsed += time.perf_counter() - t0
             if bar is not None:
                 bar.close()
-        if self.state.finished or self.interrupted:
-            return self.output
+        if self.state.finished:
+            return self.output_unlocked()
         return None
 
     def _progress_bar(self):
@@ -441,18 +569,33 @@ class Run:
         return tqdm(total=max(total, 0), unit="tok", desc=f"genlab {self.mode}")
 
     def stop(self) -> Run:
-        """End the run now, keeping every step so far (``interrupted`` becomes True); a
-        :meth:`rewind` makes it steppable again."""
-        if not self.state.finished:
-            self.interrupted = True
-            self._finish(self.state)
-            self._output = None
+        """End the run, keeping every step so far (``finished_by`` becomes "interrupted");
+        a :meth:`rewind` makes it steppable again. Called from another thread while
+        :meth:`run` is going, it ends the run after the step in progress."""
+        if self.busy and self._owner != threading.get_ident():
+            self._stop_requested = True
+            return self
+        with self._exclusive("stop"):
+            if not self.state.finished:
+                self._end_interrupted()
         return self
+
+    def _end_interrupted(self) -> None:
+        self.interrupted = True
+        self._finished_by = "interrupted"
+        self._finish(self.state)
+        self._output = None
 
     def rewind(self, n: int = 1) -> Run:
         """Undo the last ``n`` steps, restoring the exact earlier state: tokens, cache,
-        random state, config and forced queue. ``rewind(0)`` does nothing."""
-        if not self.given.keep_history:
+        random state, the config in force at that step and the forced queue. ``rewind(0)``
+        does nothing."""
+        with self._exclusive("rewind"):
+            self._rewind(n)
+        return self
+
+    def _rewind(self, n: int) -> None:
+        if self._history is None:
             raise ValueError(
                 "this run keeps no history: start it with keep_history=True "
                 "(lm.start does) to rewind"
@@ -460,57 +603,101 @@ class Run:
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.state.step_index:
             raise ValueError(f"can rewind 0..{self.state.step_index} steps, not {n!r}")
         if n == 0:
-            return self
+            return
         target = self.state.step_index - n
-        stateful = any(type(p).__name__ in STATEFUL_PROCESSORS for p in self.processors)
-        if self.state.strategy.reorders_rows or stateful:
-            replay(self, target)
+        if self._history.replays or self._replays():
+            self._history.replays = True
+            self._history.replay(self, target)
         else:
-            restore_snapshot(self, self._snapshots[target], target)
-            del self._snapshots[target:]
-            del self.history[target:]
+            self._history.restore(self, target)
+        del self.history[target:]
         self.state.finished = False
         self.interrupted = False
+        self._finished_by = None
         self._output = None
         if self._tracer is not None:
             self._tracer.truncate(target)
-        return self
+
+    def _replays(self) -> bool:
+        """Whether rewinding must replay: beam rows reorder the cache in place, and some
+        processors keep state of their own."""
+        stateful = any(type(p).__name__ in STATEFUL_PROCESSORS for p in self.processors)
+        return self.state.strategy.reorders_rows or stateful
+
+    def shared_objects(self) -> dict:
+        """What forks and copies share instead of copying (a ``deepcopy`` memo): the model,
+        the draft model, the tokenizer. They are read, never written, by a run."""
+        given = self.given
+        keep = {}
+        for obj in (given.model, given.tokenizer, given.assistant_model):
+            if obj is not None:
+                keep[id(obj)] = obj
+                hf = getattr(obj, "hf", None)
+                if hf is not None:
+                    keep[id(hf)] = hf
+        return keep
 
     def fork(self) -> Run:
-        """An independent copy (cache, config, strategy, forced queue, hooks, trace):
-        stepping one does not change the other."""
+        """An independent copy: stepping, forcing, rewinding or editing one never changes
+        the other. It shares only the model and tokenizer; everything else (cache, config,
+        strategy, plan and processors, forced queue, random state, history, hooks, trace)
+        is its own."""
+        with self._exclusive("fork", committed_ok=True):
+            return self._fork()
+
+    def _fork(self) -> Run:
         other = copy.copy(self)
-        given = self.given
-        keep = {id(given.model): given.model, id(given.tokenizer): given.tokenizer}
-        hf = getattr(given.model, "hf", None)
-        if hf is not None:
-            keep[id(hf)] = hf
-        other.given = copy.copy(given)
+        other.given = copy.copy(self.given)
         other.given.streamer = None
+        other._lock, other._owner, other._stop_requested = threading.Lock(), None, False
+        keep = self.shared_objects()
+
+        def copy_plan(plan):
+            out = copy.copy(plan)
+            out.config = copy.deepcopy(plan.config)
+            out.processors = copy.deepcopy(plan.processors, memo=dict(keep))
+            out.stopping_criteria = copy.deepcopy(plan.stopping_criteria, memo=dict(keep))
+            out.seen = dict(plan.seen)
+            return out
+
+        strategies, plans = {}, {}
+
+        def copy_strategy(strategy):
+            out = copy.deepcopy(strategy, memo=dict(keep))
+            out.config = plans[id(strategy_plan[id(strategy)])].config
+            return out
+
         st = self.state
-        plan = copy.copy(st.plan)
-        plan.config = copy.deepcopy(st.plan.config)
-        plan.processors = copy.deepcopy(st.plan.processors, memo=dict(keep))
-        plan.stopping_criteria = copy.deepcopy(st.plan.stopping_criteria, memo=dict(keep))
-        plan.seen = dict(st.plan.seen)
+        plan = copy_plan(st.plan)
+        plans[id(st.plan)] = plan
+        strategy_plan = {id(st.strategy): st.plan}
+        if self._history is not None:
+            for e in (*self._history.entries, self._history.initial[0]):
+                strategy_plan.setdefault(id(e.strategy), e.plan)
+                if id(e.plan) not in plans:
+                    plans[id(e.plan)] = copy_plan(e.plan)
+        strategy = copy_strategy(st.strategy)
+        strategies[id(st.strategy)] = strategy
+        other.random = self.random.copy()
         other.state = RunState(
             sequences=st.sequences.clone(),
             attention_mask=st.attention_mask.clone(),
             cache=st.cache.copy(),
             plan=plan,
-            strategy=copy.deepcopy(st.strategy),
+            strategy=strategy,
             recorded={k: list(v) for k, v in st.recorded.items()},
-            rng=None if st.rng is None else st.rng.clone(),
             forced=list(st.forced),
             step_index=st.step_index,
             finished=st.finished,
             streaming=False,
         )
-        other.state.strategy.config = plan.config
         other.config = copy.deepcopy(self.config)
         other.registry = self.registry.copy()
         other.history = list(self.history)
-        other._snapshots = list(self._snapshots)
+        if self._history is not None:
+            other._history = self._history.copy(
+                strategies, plans, copy_strategy, lambda p: plans[id(p)]
+            )
         other._ctx = StepContext(other)
         other._tracer, other._tracer_off = None, []
         if self._tracer is not None:
@@ -520,6 +707,11 @@ class Run:
     @property
     def output(self):
         """The reference-shaped output (LongTensor or output object) once finished."""
+        with self._exclusive("output", committed_ok=True):
+            return self.output_unlocked()
+
+    def output_unlocked(self):
+        """:attr:`output` for callers that already hold the run (its own loop)."""
         if self._output is None:
             self._output = self._build_output()
         return self._output
@@ -557,52 +749,63 @@ class Run:
     def _step(self, want_record: bool) -> Step | None:
         # A run started under torch.inference_mode() holds inference tensors (its cache is
         # written in place every step); it goes on in that mode wherever it is stepped.
-        if self.state.sequences.is_inference() and not torch.is_inference_mode_enabled():
-            with torch.inference_mode():
+        try:
+            if self.state.sequences.is_inference() and not torch.is_inference_mode_enabled():
+                with torch.inference_mode():
+                    return self._transaction(want_record)
+            with torch.no_grad():
                 return self._transaction(want_record)
-        with torch.no_grad():
-            return self._transaction(want_record)
+        except _AtLimit:  # the config was edited down to exactly the tokens held
+            self._finished_by = "length"
+            self._finish(self.state)
+            return None
 
     def _transaction(self, want_record: bool) -> Step | None:
-        undo = Undo.take(self.state)
-        snap = take_snapshot(self, undo) if self.given.keep_history else None
-        user_rng = None
-        if self.state.rng is not None:
-            user_rng = torch.get_rng_state()
-            torch.set_rng_state(self.state.rng)
+        undo = Undo.take(self.state, self.random)
+        values = config_values(self.config)
+        entry = self._history.begin(self, values) if self._history is not None else None
         try:
             # the step writes a new state object (its recorded lists are shared: the undo
             # truncates them back) ...
             state = copy.copy(self.state)
             self.state = state
-            record, took = self._compute(state, want_record)
+            record, took, new, done = self._compute(state, want_record, values)
         except BaseException:
             self.state = undo.restore()  # ... or puts the old one back, as it was
-            if user_rng is not None:
-                torch.set_rng_state(user_rng)
             raise
-        if user_rng is not None:
-            state.rng = torch.get_rng_state()
-            torch.set_rng_state(user_rng)
         # ---- committed ----
         self._output = None
-        if state.step_index == 1 and self.given.prefix_cache is not None:
-            self.given.prefix_cache.remember(self.given.model, self.given.input_ids, state.cache)
-        if snap is not None:
-            snap.took_forced = took
-            self._snapshots.append(snap)
+        if entry is not None:
+            self._history.commit(entry, took, self.random)
             if record is not None:
                 self.history.append(record)
+        if state.step_index == 1 and self.given.prefix_cache is not None:
+            self.given.prefix_cache.remember(self.given.model, self.given.input_ids, state.cache)
+        if state.streaming:  # after the commit: a streamer never shows an undone token
+            self.given.streamer.put(new)
+        if done:
+            self._finished_by = self._why_done(state)
+            self._finish(state)
         if record is not None and self.registry.has("step_end"):
             self.registry.fire("step_end", record, record.index)
         return record
 
-    def _compute(self, state: RunState, want_record: bool) -> tuple[Step | None, int | None]:
-        """One step on ``state`` (a copy the transaction owns); returns its record and the
-        forced id it took."""
-        self._refresh_plan()
+    def _why_done(self, state: RunState) -> str:
+        if state.sequences.shape[1] >= int(state.plan.config.max_length):
+            return "length"
+        eos = self.given.eos_token_ids
+        if eos and bool(torch.isin(state.sequences[:, -1:], torch.tensor(eos)).all()):
+            return "eos"
+        return "criteria"
+
+    def _compute(self, state: RunState, want_record: bool, values: dict):
+        """One step on ``state`` (a copy the transaction owns); returns its record, the
+        forced id it took, the new tokens for the streamer and whether the run is done."""
+        self._refresh_plan(values)
         registry, ctx, strategy = self.registry, self._ctx, state.strategy
         cfg, idx = state.plan.config, state.step_index
+        if state.sequences.shape[1] >= int(cfg.max_length):
+            raise _AtLimit
 
         # 1. forward pass over the tokens the cache has not seen
         out = strategy.forward(ctx)
@@ -653,13 +856,12 @@ class Run:
         record = None
         if want_record or registry.has("step_end"):
             record = self._record(idx, sel, scores, took is not None, done)
+        streamed = None
         if state.streaming:
-            self.given.streamer.put(new.cpu() if sel.tokens.dim() == 2 else sel.tokens.cpu())
+            streamed = new.cpu() if sel.tokens.dim() == 2 else sel.tokens.cpu()
         if reorder:  # last: an in-place reorder of the cache cannot be undone
             state.cache.reorder(sel.parents)
-        if done:
-            self._finish(state)
-        return record, took
+        return record, took, streamed, done
 
     def _record(self, idx, sel: Selection, scores, forced: bool, done: bool) -> Step:
         if sel.parents is not None:
@@ -834,4 +1036,4 @@ def generate(
     )
     if custom_generate is not None:
         return _call_custom_generate(custom_generate, model, run)
-    return run.run()
+    return run.run(keep_on_interrupt=False)

@@ -1,108 +1,236 @@
-"""A run's history: the snapshot before each step, and going back to one.
+"""A run's history: what :meth:`~genlab.engine.Run.rewind` needs, owned by one Run.
 
-:func:`take_snapshot` records the state before a step; :func:`restore_snapshot` puts it
-back (cache cropped, strategy state restored); :func:`replay` rebuilds the state after
-``target`` steps from the start, for runs whose state cannot be cropped back (beam search
-reorders its cache in place; CFG and SynthID processors carry their own state).
+:class:`RunHistory` has three verbs:
+
+* :meth:`RunHistory.record` -- before each step, a small :class:`Entry`: lengths (the
+  tokens, the cache, the recorded outputs), the strategy's state, the config in force, the
+  forced queue and where the random generator stood;
+* :meth:`RunHistory.restore` -- put the run back to the state before step ``target``;
+* :meth:`RunHistory.replay` -- rebuild that state by running the steps again from the
+  start, for runs whose state cannot be cut back (beam search reorders its cache in place;
+  classifier-free guidance and SynthID keep state in their processors).
+
+It grows linearly with the length: tokens and masks only grow, so an entry keeps their
+length, not a copy; the config is copied only when it changed; the strategy's state is
+shared with the entry before when equal; the random generator's full state is kept only
+every few steps (:mod:`genlab.randomness`). Entries are never changed once written, so a
+fork shares them and copies only the strategies and plans they point to.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from .caches import make_cache
 from .hooks import HookRegistry
 from .prepare import make_plan
-from .state import RECORDED, STATEFUL_PROCESSORS, Snapshot, Undo
+from .randomness import RandomMark
+from .state import RECORDED, STATEFUL_PROCESSORS, Plan
 
 
-def take_snapshot(run, undo: Undo | None = None) -> Snapshot:
-    """The state of ``run`` before a step (``undo``: the step's undo, to share its copies)."""
-    st = run.state
-    rng = st.rng if st.rng is not None else (undo.global_rng if undo else None)
-    return Snapshot(
-        sequences=st.sequences,
-        attention_mask=st.attention_mask,
-        cache_len=st.cache.length(),
-        lengths={k: len(v) for k, v in st.recorded.items()},
-        strategy=st.strategy,
-        strategy_state=undo.strategy_state if undo else st.strategy.get_state(),
-        plan=st.plan,
-        rng=(rng if rng is not None else torch.get_rng_state()).clone(),
-        config=copy.deepcopy(run.config),
-        forced=list(st.forced),
-    )
+@dataclass(frozen=True)
+class Entry:
+    """The run before one step (never changed once written; shared with forks)."""
+
+    length: int  # width of the sequences
+    cache_length: int
+    recorded: tuple[int, ...]  # lengths of the recorded output lists (RECORDED order)
+    strategy: Any  # the strategy object in force (its state is ``strategy_state``)
+    strategy_state: dict | None  # None for replayed runs
+    plan: Plan
+    config: Any  # the user's config in force at this step (a private copy)
+    config_values: dict  # what prepare.config_values gave for it
+    forced: tuple[int, ...]  # the forced queue before the step
+    took: int | None = None  # the forced id this step took (filled at the commit)
+    random: RandomMark | None = None  # the generator before the step
 
 
-def restore_snapshot(run, snap: Snapshot, target: int) -> None:
-    """Put ``run`` back to ``snap``, the state before step ``target``."""
-    st = run.state
-    st.sequences, st.attention_mask = snap.sequences, snap.attention_mask
-    st.cache.crop(snap.cache_len)
-    st.strategy, st.plan = snap.strategy, snap.plan
-    st.strategy.set_state(snap.strategy_state)
-    st.strategy.config = snap.plan.config
-    for name, n in snap.lengths.items():
-        del st.recorded[name][n:]
-    if st.rng is not None:
-        st.rng = snap.rng.clone()
-    else:
-        torch.set_rng_state(snap.rng)
-    run.config = copy.deepcopy(snap.config)
-    st.forced = list(snap.forced)
-    st.step_index = target
+class RunHistory:
+    """The entries of one run (see the module docstring)."""
 
+    __slots__ = ("entries", "initial", "replays")
 
-def replay(run, target: int) -> None:
-    """Rebuild the state after ``target`` steps by re-running them from the start."""
-    plan = [(s.config, s.took_forced) for s in run._snapshots[:target]]
-    forced_after = list(run._snapshots[target].forced)
-    init = run._initial
-    st = run.state
-    st.cache = make_cache(
-        run.given.model,
-        init.sequences.shape[0],
-        init.plan.config,
-        init.plan.mode,
-        run.given.assistant_model is not None,
-    )
-    st.sequences, st.attention_mask = init.sequences, init.attention_mask
-    st.strategy, st.plan = init.strategy, init.plan
-    st.strategy.set_state(init.strategy_state)
-    st.strategy.config = init.plan.config
-    restore_processors_fresh(run, init)
-    for name in RECORDED:
-        st.recorded[name].clear()
-    if st.rng is not None:
-        st.rng = init.rng.clone()
-    else:
-        torch.set_rng_state(init.rng)
-    st.step_index, st.finished = 0, False
-    registry, tracer, history = run.registry, run._tracer, run.history
-    run.registry, run._tracer = HookRegistry(), None
-    run._snapshots, run.history = [], []
-    try:
-        for config, took in plan:
-            run.config = copy.deepcopy(config)
-            run.state.forced = [] if took is None else [took]
-            run._step(want_record=False)
-    finally:
-        run.registry, run._tracer = registry, tracer
-        run.history = history[:target]
-        run.state.forced = forced_after
+    def __init__(self, run, replays: bool) -> None:
+        #: entries[i]: the run before step i
+        self.entries: list[Entry] = []
+        #: the run before its first step, for replays: the entry plus the start's objects
+        self.initial: tuple[Entry, torch.Tensor, torch.Tensor] | None = None
+        #: this run rewinds by replaying (set when it starts, or when a mode needs it)
+        self.replays = replays
+        first = self._entry(run, None)
+        # the strategy object goes on changing; a replay starts from a copy made now
+        first = replace(first, strategy=copy.deepcopy(first.strategy, run.shared_objects()))
+        self.initial = (first, run.state.sequences, run.state.attention_mask)
 
+    def __len__(self) -> int:
+        return len(self.entries)
 
-def restore_processors_fresh(run, init: Snapshot) -> None:
-    """Stateful processors start over: rebuild the plan the replay starts from."""
-    if any(type(p).__name__ in STATEFUL_PROCESSORS for p in init.plan.processors):
-        saved = run.config
-        run.config = copy.deepcopy(init.config)
+    # -- record ------------------------------------------------------------------------------
+    def _entry(self, run, values: dict | None) -> Entry:
+        st = run.state
+        last = self.entries[-1] if self.entries else (self.initial[0] if self.initial else None)
+        values = values if values is not None else _config_values(run.config)
+        if last is not None and last.config_values == values:
+            config, values = last.config, last.config_values
+        else:
+            config = copy.deepcopy(run.config)
+        state = None
+        if not self.replays:
+            state = st.strategy.get_state()
+            same_strategy = last is not None and last.strategy is st.strategy
+            if same_strategy and _same(state, last.strategy_state):
+                state = last.strategy_state
+        return Entry(
+            length=st.sequences.shape[1],
+            cache_length=st.cache.length(),
+            recorded=tuple(len(st.recorded[k]) for k in RECORDED),
+            strategy=st.strategy,
+            strategy_state=state,
+            plan=st.plan,
+            config=config,
+            config_values=values,
+            forced=tuple(st.forced),
+            random=run.random.mark(st.step_index),
+        )
+
+    def begin(self, run, values: dict) -> Entry:
+        """The entry of the step about to run (kept only if it commits: :meth:`commit`)."""
+        return self._entry(run, values)
+
+    def commit(self, entry: Entry, took: int | None, random) -> None:
+        """The step of ``entry`` committed: keep it, with the forced id it took and the
+        random draws it made."""
+        mark = entry.random
+        if mark is not None:
+            mark = RandomMark(mark.state, random.drawn())
+        self.entries.append(replace(entry, took=took, random=mark))
+
+    # -- restore -----------------------------------------------------------------------------
+    def restore(self, run, target: int) -> None:
+        """Put ``run`` back to the state before step ``target`` (without replaying)."""
+        e, st = self.entries[target], run.state
+        st.sequences = st.sequences[:, : e.length]  # views: the next step makes new tensors
+        st.attention_mask = st.attention_mask[:, : e.length]
+        st.cache.crop(e.cache_length)
+        st.strategy, st.plan = e.strategy, e.plan
+        st.strategy.set_state(e.strategy_state)
+        st.strategy.config = e.plan.config
+        for name, n in zip(RECORDED, e.recorded, strict=True):
+            del st.recorded[name][n:]
+        run.random.restore([x.random for x in self.entries], target)
+        run.config = copy.deepcopy(e.config)
+        st.forced = list(e.forced)
+        st.step_index = target
+        del self.entries[target:]
+
+    def replay(self, run, target: int) -> None:
+        """Rebuild the state before step ``target`` by running steps 0..target-1 again,
+        each with the config and forced token it had."""
+        steps = [(e.config, e.took) for e in self.entries[:target]]
+        at_target = self.entries[target] if target < len(self.entries) else None
+        init, sequences, mask = self.initial
+        st, given = run.state, run.given
+        st.cache = make_cache(
+            given.model,
+            sequences.shape[0],
+            init.plan.config,
+            init.plan.mode,
+            given.assistant_model is not None,
+        )
+        st.sequences, st.attention_mask = sequences, mask
+        st.strategy = copy.deepcopy(init.strategy, run.shared_objects())
+        st.plan = _fresh_plan(run, init)
+        st.strategy.config = st.plan.config
+        for name in RECORDED:
+            st.recorded[name].clear()
+        run.random.restore([init.random], 0)
+        st.step_index, st.finished = 0, False
+        self.entries = []
+        registry, tracer = run.registry, run._tracer
+        run.registry, run._tracer = HookRegistry(), None
         try:
-            plan = make_plan(run.config, run.given)
+            for config, took in steps:
+                run.config = copy.deepcopy(config)
+                st = run.state
+                st.forced = [] if took is None else [took]
+                run._step(want_record=False)
         finally:
-            run.config = saved
-        plan.compiled = init.plan.compiled
-        run.state.plan = plan
-        run.state.strategy.config = plan.config
+            run.registry, run._tracer = registry, tracer
+        run.config = copy.deepcopy(at_target.config if at_target is not None else init.config)
+        run.state.forced = list(at_target.forced) if at_target is not None else list(init.forced)
+
+    # -- forks -------------------------------------------------------------------------------
+    def copy(self, strategies: dict, plans: dict, copy_strategy, copy_plan) -> RunHistory:
+        """A history for a fork: the same entries, pointing at the fork's own copies of the
+        strategies and plans (``copy_strategy`` / ``copy_plan``, memoised in the dicts)."""
+
+        def own(e: Entry) -> Entry:
+            return replace(
+                e,
+                strategy=_memo(strategies, e.strategy, copy_strategy),
+                plan=_memo(plans, e.plan, copy_plan),
+            )
+
+        other = RunHistory.__new__(RunHistory)
+        other.replays = self.replays
+        other.entries = [own(e) for e in self.entries]
+        init, sequences, mask = self.initial
+        other.initial = (own(init), sequences, mask)
+        return other
+
+
+def _memo(seen: dict, obj, make):
+    key = id(obj)
+    if key not in seen:
+        seen[key] = make(obj)
+    return seen[key]
+
+
+def _fresh_plan(run, init: Entry) -> Plan:
+    """The plan a replay starts from: the first one, or a new one where processors keep
+    state between steps (they must start over)."""
+    if not any(type(p).__name__ in STATEFUL_PROCESSORS for p in init.plan.processors):
+        return init.plan
+    saved = run.config
+    run.config = copy.deepcopy(init.config)
+    try:
+        plan = make_plan(run.config, run.given)
+    finally:
+        run.config = saved
+    plan.compiled = init.plan.compiled
+    return plan
+
+
+def _config_values(config) -> dict:
+    from .prepare import config_values
+
+    return config_values(config)
+
+
+def _same(a: dict | None, b: dict | None) -> bool:
+    """Two strategy states hold equal values (tensors compared exactly)."""
+    if a is None or b is None or a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (
+                isinstance(x, torch.Tensor)
+                and isinstance(y, torch.Tensor)
+                and x.shape == y.shape
+                and x.dtype == y.dtype
+                and torch.equal(x, y)
+            ):
+                return False
+        elif type(x) is not type(y) or not isinstance(x, (int, float, bool, str, type(None))):
+            return False
+        elif x != y:
+            return False
+    return True
+
+
+__all__ = ["Entry", "RunHistory"]

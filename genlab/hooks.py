@@ -85,6 +85,8 @@ class HookRegistry:
     """Hooks by point name. ``bool(registry)`` is False when nothing is registered."""
 
     def __init__(self) -> None:
+        #: the hook point whose hooks or observers are running now (None between them)
+        self.firing: str | None = None
         self._hooks: dict[str, list[Hook]] = {}
         # observers: fn(point, value, step), never replace values; "processor.*" matches all
         self._observers: dict[str, list[Callable[[str, Any, int], None]]] = {}
@@ -156,16 +158,20 @@ class HookRegistry:
         """Pass ``value`` through every hook at ``name``; a non-None return replaces it
         (checked by :func:`check_replacement`), unless ``observe_only``. Observers see the
         result (unless ``notify`` is False: the caller notifies them itself)."""
-        first = name in _OBSERVE_FIRST
-        if first and notify:
-            self.notify(name, value, step)
-        for fn in tuple(self._hooks.get(name, ())):
-            out = fn(value, step=step)
-            if out is not None and not observe_only and name != "step_end":
-                value = out if name == "finish" else check_replacement(name, fn, value, out)
-        if not first and notify:
-            self.notify(name, value, step)
-        return value
+        outer, self.firing = self.firing, name
+        try:
+            first = name in _OBSERVE_FIRST
+            if first and notify:
+                self.notify(name, value, step)
+            for fn in tuple(self._hooks.get(name, ())):
+                out = fn(value, step=step)
+                if out is not None and not observe_only and name != "step_end":
+                    value = out if name == "finish" else check_replacement(name, fn, value, out)
+            if not first and notify:
+                self.notify(name, value, step)
+            return value
+        finally:
+            self.firing = outer
 
     def notify(self, name: str, value: Any, step: int) -> None:
         """Show ``value`` to the observers of ``name`` only."""
@@ -174,8 +180,12 @@ class HookRegistry:
         fns = self._observers.get(name, ())
         if name.startswith("processor."):
             fns = (*fns, *self._observers.get("processor.*", ()))
-        for fn in tuple(fns):
-            fn(name, value, step)
+        outer, self.firing = self.firing, name
+        try:
+            for fn in tuple(fns):
+                fn(name, value, step)
+        finally:
+            self.firing = outer
 
     def clear(self) -> None:
         """Remove every hook (observers stay: they belong to the trace and the widgets)."""

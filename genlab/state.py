@@ -81,7 +81,6 @@ class RunState:
     plan: Plan
     strategy: Any
     recorded: dict[str, list] = field(default_factory=lambda: {k: [] for k in RECORDED})
-    rng: torch.Tensor | None = None  # the run's own random state (seeded runs)
     forced: list[int] = field(default_factory=list)
     step_index: int = 0
     finished: bool = False
@@ -153,18 +152,20 @@ class Undo:
     strategy_state: dict
     cache: Any
     processors: Any
-    global_rng: torch.Tensor | None
+    random: Any  # the run's RunRandom
+    random_state: torch.Tensor | None  # its generator's state (None: torch's global one)
 
     @classmethod
-    def take(cls, state: RunState) -> Undo:
-        """The undo point of ``state`` before a step."""
+    def take(cls, state: RunState, random) -> Undo:
+        """The undo point of ``state`` (and of the run's random source) before a step."""
         return cls(
             state=replace(state, forced=list(state.forced)),
             lengths={k: len(v) for k, v in state.recorded.items()},
             strategy_state=state.strategy.get_state(),
             cache=cache_checkpoint(state.cache),
             processors=processor_states(state.plan.processors),
-            global_rng=torch.get_rng_state() if state.rng is None else None,
+            random=random,
+            random_state=random.get_state(),
         )
 
     def restore(self) -> RunState:
@@ -175,23 +176,5 @@ class Undo:
         state.strategy.set_state(self.strategy_state)
         cache_restore(state.cache, self.cache)
         restore_processor_states(self.processors)
-        if self.global_rng is not None:
-            torch.set_rng_state(self.global_rng)
+        self.random.set_state(self.random_state)  # the global generator is never touched
         return state
-
-
-@dataclass
-class Snapshot:
-    """The state before one step, kept for :meth:`~genlab.engine.Run.rewind`."""
-
-    sequences: torch.LongTensor
-    attention_mask: torch.LongTensor
-    cache_len: int
-    lengths: dict[str, int]
-    strategy: Any
-    strategy_state: dict
-    plan: Plan
-    rng: torch.Tensor
-    config: Any  # the user's config as it was
-    forced: list[int]  # the queue before the step
-    took_forced: int | None = None  # the forced id this step took (for replays)

@@ -46,7 +46,6 @@ import torch
 
 from ..models.base import ModelOutput
 from .base import Selection
-from .draws import multinomial
 from .sampling import TokenByToken
 
 # ----------------------------------------------------------------------------------------
@@ -311,14 +310,19 @@ def greedy_matches(drafted: torch.LongTensor, chosen: torch.LongTensor) -> int:
 
 
 def speculative_sampling(
-    drafted: torch.LongTensor, q_logits: torch.Tensor, p_logits: torch.Tensor, done: bool
+    drafted: torch.LongTensor,
+    q_logits: torch.Tensor,
+    p_logits: torch.Tensor,
+    done: bool,
+    random,
 ) -> tuple[torch.LongTensor, int]:
     """Accept/resample a sampled draft (Leviathan et al. 2023, algorithm 1).
 
     drafted: (1, n) tokens; q_logits: (1, n, vocab) the drafter's processed scores;
     p_logits: (1, n + 1, vocab) the model's processed scores. Returns the tokens to append
-    (1, m) and the number of accepted draft tokens. Draws random numbers in the reference's
-    order (one uniform per draft token, then one multinomial).
+    (1, m) and the number of accepted draft tokens. Draws random numbers from ``random``
+    (the run's :class:`~genlab.randomness.RunRandom`) in the reference's order (one
+    uniform per draft token, then one multinomial).
     """
     n = drafted.shape[1]
     q = q_logits.softmax(dim=-1)
@@ -327,7 +331,7 @@ def speculative_sampling(
     q_i = q[:, positions, drafted].squeeze(0, 1)
     p_i = p[:, positions, drafted].squeeze(0, 1)
     ratio = p_i / q_i
-    accepted = torch.rand_like(ratio) <= ratio
+    accepted = random.rand_like(ratio) <= ratio
     n_matches = int(((~accepted).cumsum(dim=-1) < 1).sum())
     if done and n_matches == n:
         n_matches -= 1
@@ -338,7 +342,7 @@ def speculative_sampling(
         residual.div_(residual.sum())
     else:
         residual = p_next
-    token = multinomial(residual, num_samples=1).squeeze(1)[None, :]
+    token = random.multinomial(residual, num_samples=1).squeeze(1)[None, :]
     return torch.cat([drafted[:, :n_matches], token], dim=-1), n_matches
 
 
@@ -421,11 +425,12 @@ class AssistedDecoding(TokenByToken):
         drafted = candidates[:, cur:]
         if self.config.do_sample and p["draft_scores"] is not None:
             tokens, n_matches = speculative_sampling(
-                drafted, p["draft_scores"], new_scores, p["done"]
+                drafted, p["draft_scores"], new_scores, p["done"], ctx.random
             )
         else:
             if self.config.do_sample:
-                chosen = multinomial(new_scores[0].softmax(dim=-1), 1).squeeze(1)[None, :]
+                probs = new_scores[0].softmax(dim=-1)
+                chosen = ctx.random.multinomial(probs, 1).squeeze(1)[None, :]
             else:
                 chosen = new_scores.argmax(dim=-1)  # (1, n + 1)
             n_matches = greedy_matches(drafted, chosen)

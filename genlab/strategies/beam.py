@@ -39,7 +39,6 @@ import torch
 
 from ..ids import config_eos
 from .base import Selection, Strategy
-from .draws import multinomial
 
 #: a very negative score: "this beam must not continue / this slot is empty"
 NEG = -1.0e9
@@ -243,7 +242,7 @@ class BeamSearch(Strategy):
         # (B, n*vocab): every continuation of every beam, with its beam's running score
         accumulated = (scores.view(B, n, vocab) + self.running_scores[:, :, None]).view(B, -1)
         if self.sample:
-            flat = multinomial(torch.softmax(accumulated, dim=-1), num_samples=k)
+            flat = ctx.random.multinomial(torch.softmax(accumulated, dim=-1), num_samples=k)
             values = torch.gather(accumulated, 1, flat)
         else:
             values, flat = torch.topk(accumulated, k=k)

@@ -152,9 +152,9 @@ class DolaDecoding(TokenByToken):
         scores = ctx.stage("DoLa", scores)
         return ctx.process(ctx.sequences, scores)
 
-    def choose(self, scores: torch.Tensor) -> torch.LongTensor:
+    def choose(self, scores: torch.Tensor, ctx) -> torch.LongTensor:
         base = MultinomialSampling if self.config.do_sample else GreedySearch
-        return base.choose(self, scores)
+        return base.choose(self, scores, ctx)
 
     def select(self, ctx, scores: torch.Tensor) -> Selection:
         info = {
@@ -164,7 +164,7 @@ class DolaDecoding(TokenByToken):
                 "chosen_layer": self.chosen_layer,
             }
         }
-        return Selection(self._pad_finished(ctx, self.choose(scores)), info=info)
+        return Selection(self._pad_finished(ctx, self.choose(scores, ctx)), info=info)
 
 
 def dola_table(steps: Any):

@@ -28,6 +28,15 @@ _EXACT: list[bool] = []  # [whether the fast race reproduces torch.multinomial],
 def multinomial(probs: torch.Tensor, num_samples: int) -> torch.LongTensor:
     """``torch.multinomial(probs, num_samples)`` (without replacement) on the default
     generator: (rows, vocab) -> (rows, num_samples), bit-identical to it."""
+    return draw(probs, num_samples)[0]
+
+
+def draw(
+    probs: torch.Tensor, num_samples: int, generator: torch.Generator | None = None
+) -> tuple[torch.LongTensor, int | None]:
+    """:func:`multinomial` from ``generator`` (None: torch's global one). Also returns how
+    many float64 uniforms the draw consumed, or None where ``torch.multinomial`` drew in a
+    way this module does not reproduce (a run's history then keeps a full random state)."""
     race = (
         probs.device.type == "cpu"
         and probs.dtype in (torch.float32, torch.float64)
@@ -37,7 +46,9 @@ def multinomial(probs: torch.Tensor, num_samples: int) -> torch.LongTensor:
         and bool((probs.max() < float("inf")) & (probs.min() >= 0))
         and not bool((probs.sum(1) == 0).any())
     )
-    return _race(probs, num_samples, None) if race else torch.multinomial(probs, num_samples)
+    if race:
+        return _race(probs, num_samples, generator), probs.numel()
+    return torch.multinomial(probs, num_samples, generator=generator), None
 
 
 def _buffer(numel: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 
 from .base import Selection, Strategy
-from .draws import multinomial
 
 
 class TokenByToken(Strategy):
@@ -21,12 +20,13 @@ class TokenByToken(Strategy):
         # (rows,) 1 while a row is still generating, as the reference keeps it
         self.unfinished = torch.ones(ctx.sequences.shape[0], dtype=torch.long, device=ctx.device)
 
-    def choose(self, scores: torch.Tensor) -> torch.LongTensor:
-        """One token per row from ``scores`` (rows, vocab): the rule of the strategy."""
+    def choose(self, scores: torch.Tensor, ctx) -> torch.LongTensor:
+        """One token per row from ``scores`` (rows, vocab): the rule of the strategy
+        (random draws come from ``ctx.random``, the run's own generator)."""
         raise NotImplementedError
 
     def select(self, ctx, scores: torch.Tensor) -> Selection:
-        return Selection(self._pad_finished(ctx, self.choose(scores)))
+        return Selection(self._pad_finished(ctx, self.choose(scores, ctx)))
 
     def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
         return Selection(self._pad_finished(ctx, super().force(ctx, scores, token_id).tokens))
@@ -50,7 +50,7 @@ class GreedySearch(TokenByToken):
 
     mode = "greedy_search"
 
-    def choose(self, scores: torch.Tensor) -> torch.LongTensor:
+    def choose(self, scores: torch.Tensor, ctx) -> torch.LongTensor:
         return torch.argmax(scores, dim=-1)
 
 
@@ -59,6 +59,6 @@ class MultinomialSampling(TokenByToken):
 
     mode = "sample"
 
-    def choose(self, scores: torch.Tensor) -> torch.LongTensor:
+    def choose(self, scores: torch.Tensor, ctx) -> torch.LongTensor:
         probs = torch.softmax(scores, dim=-1)
-        return multinomial(probs, num_samples=1).squeeze(1)
+        return ctx.random.multinomial(probs, num_samples=1).squeeze(1)
