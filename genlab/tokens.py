@@ -121,3 +121,74 @@ def shown(tokenizer: Any, token_id: int) -> str:
         if data is not None:
             text = show_bytes(data)
     return show_token(text)
+
+
+def token_bytes(tokenizer: Any, token_id: int) -> bytes | None:
+    """The bytes one token adds to the text when they are not a whole character on their
+    own (read from its piece, see :func:`piece_bytes`); None for a token whose decoded
+    text is complete (or when the tokenizer cannot say)."""
+    text = token_text(tokenizer, token_id)
+    if REPLACEMENT not in text or not hasattr(tokenizer, "convert_ids_to_tokens"):
+        return None
+    piece = tokenizer.convert_ids_to_tokens(int(token_id))
+    return piece_bytes(piece) if isinstance(piece, str) else None
+
+
+def running_pieces(tokenizer: Any, token_ids) -> list[tuple[str, str]]:
+    """The text each token adds to running text, as ``(text, tip)`` pairs.
+
+    A character split over several tokens (an emoji, most CJK characters in byte-level
+    BPE) is shown whole on the token that completes it; the tokens before it add nothing
+    visible (``""``), and every token of the character has its bytes in ``tip`` (for a
+    tooltip). ``tip`` is ``""`` for an ordinary token. Bytes that never complete a
+    character are shown as :func:`show_bytes` does (``⟨F0 9F⟩``).
+
+    >>> running_pieces(lambda i: "ab"[i], [0, 1])
+    [('a', ''), ('b', '')]
+    """
+    import codecs
+
+    out: list[tuple[str, str]] = []
+    pending: list[int] = []  # positions in out of the pieces of an unfinished character
+    buffer = b""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+
+    def flush_invalid() -> None:
+        nonlocal buffer
+        for j in pending:  # bytes that never made a character: shown as bytes, where they were
+            text, hexed = out[j]
+            out[j] = (text + hexed, f"bytes {hexed}: not a whole character")
+        pending.clear()
+        buffer = b""
+        decoder.reset()
+
+    for tid in list(token_ids):
+        data = token_bytes(tokenizer, int(tid))
+        if data is None:
+            flush_invalid()
+            out.append((token_text(tokenizer, int(tid)), ""))
+            continue
+        hexed = show_bytes(data[len(data.rstrip(bytes(range(0x80, 0x100)))) :]) if data else ""
+        try:
+            text = decoder.decode(data)
+        except UnicodeDecodeError:
+            flush_invalid()
+            out.append((show_bytes(data), f"bytes {show_bytes(data)}: not a whole character"))
+            continue
+        buffer += data
+        if decoder.getstate()[0]:  # a character is still incomplete: shown when it is
+            pending.append(len(out))
+            out.append((text, hexed))
+            continue
+        done = text[-1:] if pending else ""
+        for j in pending:
+            out[j] = (out[j][0], f"part of {done!r}: {out[j][1]}")
+        tip = ""
+        if pending:
+            tip = f"{done!r} from bytes {' '.join(f'{b:02X}' for b in buffer.lstrip(b' '))}"
+            tip += f" over {len(pending) + 1} tokens"
+        pending.clear()
+        buffer = b""
+        out.append((text, tip))
+    flush_invalid()
+    return out

@@ -106,7 +106,7 @@ def storm(slow_lm, actions):
         elif kind == "type":
             pg.panel.controls[act[1]].input.value = act[2]
         elif kind == "seed":
-            pg.seed_box.value = act[1]
+            pg.seed_box.value = str(act[1])
         elif kind == "prompt":
             pg.prompt_box.value = act[1]
         elif kind == "sync":

@@ -75,7 +75,7 @@ def test_a_change_generates_on_the_loop_thread_after_the_debounce():
 
     async def go():
         assert pg.worker.mode == "loop"
-        pg.seed_box.value = 3  # what a widget message does: schedules the debounce
+        pg.seed_box.value = "3"  # what a widget message does: schedules the debounce
         assert isinstance(pg.worker._timer, asyncio.TimerHandle)
         await asyncio.sleep(0.02)
         assert pg.version == 0 and model.calls == 0  # still within the debounce
@@ -98,7 +98,7 @@ def test_the_loop_runs_between_steps_and_a_newer_change_cancels_at_the_next_step
         assert pg.worker.busy and 0 < pg.progress.value < 30
         assert "genlab-streaming" in pg.text_view.value  # tokens so far are shown
         seen["calls"] = model.calls
-        pg.seed_box.value = 5
+        pg.seed_box.value = "5"
         pg.update()  # as a message between two steps would
         await settle(pg)
 
@@ -133,7 +133,7 @@ def test_an_error_in_a_step_is_shown_and_the_last_result_kept(caplog):
         await settle(pg)
         good = pg.result
         model.fail_at = model.calls + 3  # the third step of the next generation fails
-        pg.seed_box.value = 9
+        pg.seed_box.value = "9"
         pg.update()
         await settle(pg)
         return good
@@ -152,7 +152,7 @@ def test_rapid_changes_make_one_generation():
 
     async def go():
         for seed in (1, 2, 3):
-            pg.seed_box.value = seed
+            pg.seed_box.value = str(seed)
             await asyncio.sleep(0.01)
         pg.panel.set("max_new_tokens", 5)
         await asyncio.sleep(0.2)
@@ -170,10 +170,10 @@ def test_wait_and_sync_update_finish_the_job_on_the_spot():
     pg = playground(model, debounce=10.0)
 
     async def go():
-        pg.seed_box.value = 4
+        pg.seed_box.value = "4"
         pg.wait()  # no await: the loop never ran
         assert pg.version == 1 and "seed 4" in pg.status.value and not pg.worker.busy
-        pg.seed_box.value = 6
+        pg.seed_box.value = "6"
         pg.update()
         await asyncio.sleep(0.03)
         assert pg.worker.busy
@@ -273,7 +273,7 @@ def test_a_loop_job_after_a_thread_job_waits_for_it(sync_first):
     time.sleep(0.03)
 
     async def go():
-        pg.seed_box.value = 7
+        pg.seed_box.value = "7"
         pg.update()
         await settle(pg)
 
@@ -340,9 +340,9 @@ def test_in_a_real_kernel_a_widget_message_cancels_the_running_generation():
 
     try:
         comm = execute(KERNEL_CODE).strip().splitlines()[-1]
-        change_seed(1)
+        change_seed("1")
         time.sleep(0.4)  # about 15 of its 40 steps (0.8 s)
-        change_seed(2)
+        change_seed("2")
         time.sleep(1.5)
         out = execute(
             "import json; print(json.dumps([pg.version, pg.seed_box.value, sorted(slow.threads),"
@@ -354,7 +354,7 @@ def test_in_a_real_kernel_a_widget_message_cancels_the_running_generation():
     version, seed, threads, renders, status, first = json.loads(out.strip().splitlines()[-1])
     assert threads == ["MainThread"]  # the kernel's own thread generated
     assert 3 <= first < 40  # the first generation was under way, and stopped early
-    assert renders == [2] and version == 1 and seed == 2
+    assert renders == ["2"] and version == 1 and seed == "2"
     assert "seed 2" in status and "40 tokens" in status
 
 

@@ -53,7 +53,7 @@ EOS_LABEL = "\u27e8eos\u27e9"
 #: font size of the boxes' text (points; 11 px at 100 dpi)
 NODE_FONT = 8.0
 #: widest figure, inches (1000 px at 100 dpi)
-MAX_WIDTH = 10.0
+MAX_WIDTH = 7.2  # inches: 720 px at 100 dpi, inside 768 px of notebook output
 
 SCORE_NOTES = {
     "normalized_score": "number in each box = the beam's score: sum of its tokens' log-probs "

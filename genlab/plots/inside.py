@@ -13,10 +13,10 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-#: smallest font used (points): 7 pt at 100 dpi is 9.7 px
-SMALL = 7.5
-#: widest figure (inches): 1000 px at 100 dpi
-MAX_WIDTH = 10.0
+#: smallest font used (points): 8.5 pt at 100 dpi is 11.8 px
+SMALL = 8.5
+#: widest figure (inches)
+MAX_WIDTH = 7.2  # inches: 720 px at 100 dpi, inside 768 px of notebook output
 
 
 def _short(text: str, n: int) -> str:
@@ -43,7 +43,7 @@ def lens_heatmap(
 
     lens: a :class:`~genlab.inside.Lens`; steps, layers: subsets to show (``lens.steps``
     values / layer numbers 0 .. num_layers; default all); highlight: a step whose column
-    gets a blue frame; width: the figure's width in inches (default: fit, at most 10).
+    gets a blue frame; width: the figure's width in inches (default: fit, at most 7.2).
 
     >>> genlab.plots.lens_heatmap(genlab.logit_lens(res))            # doctest: +SKIP
     """

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from ..tokens import show_token
 
 #: widest figure, in inches (1000 px at 100 dpi: shown unscaled in a 1000 px output)
-MAX_WIDTH = 10.0
+MAX_WIDTH = 7.2  # inches: 720 px at 100 dpi, inside 768 px of notebook output
 #: smallest font size used, in points (9.7 px at 100 dpi)
 MIN_FONT = 7.0
 #: font size of tick labels and annotations
@@ -142,7 +142,7 @@ def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10)
     return fig
 
 
-def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 3) -> Figure:
+def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> Figure:
     """One panel per stage (raw, each processor, final): the tokens still possible after
     it, with their probabilities printed; each panel has its own scale, the chosen token
     is orange. Panels wrap into rows of ``columns`` so that 7 stages stay readable.
@@ -161,7 +161,7 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 3) -> F
     ncols = max(1, min(columns, n))
     nrows = -(-n // ncols)
     panel_h = 0.3 * (k + 1) + 0.8
-    fig = Figure(figsize=(min(MAX_WIDTH, 3.3 * ncols + 0.3), panel_h * nrows + 0.5),
+    fig = Figure(figsize=(min(MAX_WIDTH, 3.5 * ncols + 0.2), panel_h * nrows + 0.7),
                  layout="constrained")  # fmt: skip
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
     for i, (ax, stage) in enumerate(zip(axes, stages)):
@@ -175,7 +175,7 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 3) -> F
     for ax in axes[len(stages) :]:
         ax.set_axis_off()
     fig.suptitle(
-        f"Step {step}: the distribution after each stage (own scale per panel; orange ◀ = chosen)",
+        f"Step {step}: the distribution after each stage\n(own scale per panel; orange ◀ = chosen)",
         fontsize=11,
     )
     return fig
@@ -194,7 +194,7 @@ def compare_logprobs(results: Sequence, labels: Sequence[str] | None = None) -> 
     >>> genlab.plots.compare_logprobs([a, b], ["greedy", "sampled"])   # doctest: +SKIP
     """
     labels = list(labels or [f"run {i}" for i in range(len(results))])
-    fig = Figure(figsize=(8.5, 3.4), layout="constrained")
+    fig = Figure(figsize=(MAX_WIDTH, 3.6), layout="constrained")
     ax = fig.add_subplot()
     seqs = []
     for res, name in zip(results, labels):
@@ -206,8 +206,10 @@ def compare_logprobs(results: Sequence, labels: Sequence[str] | None = None) -> 
         ax.axvline(diverge, color="red", ls="--", lw=1, label=f"first difference @ {diverge}")
     ax.set_xlabel("generated token")
     ax.set_ylabel("log-prob")
-    # outside the axes, so that it never covers a curve
-    ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    # below the axes, so that it never covers a curve and never widens the figure
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=min(len(names), 3),
+               fontsize=SMALL, frameon=False)  # fmt: skip
     return fig
 
 

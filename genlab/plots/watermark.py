@@ -195,7 +195,7 @@ def greenlist_bars(
     if not isinstance(top, int) or top < 1:
         raise ValueError(f"top must be a positive integer, got {top!r}")
     rows = table.sort_values("prob_before", ascending=False, kind="stable").head(top)
-    fig, ax = _axes(ax, (max(5.0, 0.42 * len(rows) + 1.5), 3.6))
+    fig, ax = _axes(ax, (min(7.2, max(5.0, 0.3 * len(rows) + 1.2)), 4.0))
     x = np.arange(len(rows))
     solid = np.where(rows.green.to_numpy(), GREEN, RED)
     pale = np.where(rows.green.to_numpy(), LIGHT["green"], LIGHT["red"])
@@ -210,8 +210,9 @@ def greenlist_bars(
         Patch(facecolor=LIGHT["red"], edgecolor=RED, label="red, before"),
         Patch(color=RED, label="red, after"),
     ]
-    ax.legend(handles=handles, frameon=False, fontsize="small", loc="upper left",
-              bbox_to_anchor=(1.01, 1.0))  # fmt: skip
+    # below the axes: the figure stays within 720 px (a notebook's output at 768 px)
+    ax.figure.legend(handles=handles, frameon=False, fontsize="small", ncols=4,
+                     loc="outside lower center")  # fmt: skip
     return fig
 
 

@@ -20,9 +20,10 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..config import GenerationConfig
-from .config_panel import FOCUS_CSS, ConfigPanel
+from .base import FOCUS_CSS, figure_image, scroll_box, title_html
+from .config_panel import ConfigPanel
 from .live import LiveView, initial_config
-from .playground import result_html, token_table, with_static_html
+from .playground import result_html, token_table
 from .render import frame_html, png_html, prob_legend, show_figure, text_block
 from .worker import Job
 
@@ -99,17 +100,19 @@ class CompareView(LiveView):
             columns.append(
                 widgets.VBox(
                     [widgets.HTML(f"<b>{html.escape(label)}</b>"), view, settings],
-                    layout=widgets.Layout(flex="1 1 0", min_width="260px", margin="0 6px"),
+                    # side by side while each gets 300 px, else below each other
+                    layout=widgets.Layout(flex="1 1 300px", min_width="0", margin="0 6px"),
                 )
             )
             self.panels[label], self.text_views[label] = panel, view
         self._init_prompt_inputs(prompt, chat, seed)
-        self.plot_image = widgets.Image(format="png")
+        self.plot_image = figure_image()
         self.plot_png = b""
         self.summary_view = widgets.HTML()
-        title = widgets.HTML(f"<b>genlab compare</b> &middot; {html.escape(str(lm.name))}")
+        title = title_html("compare", lm)
         super().__init__(
             [
+                widgets.HTML(FOCUS_CSS),
                 title,
                 self.prompt_box,
                 widgets.HBox([self.chat_box, self.seed_box]),
@@ -117,12 +120,9 @@ class CompareView(LiveView):
                 widgets.HTML(prob_legend()),
                 widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")),
                 self.summary_view,
-                widgets.Box(
-                    [self.plot_image], layout=widgets.Layout(overflow="auto", max_width="100%")
-                ),
+                scroll_box(self.plot_image),
             ]
         )
-        self.children = (widgets.HTML(FOCUS_CSS), *self.children)
         self.add_class("genlab-compare")
         self.add_class("genlab-panel")
         if run:
@@ -138,7 +138,7 @@ class CompareView(LiveView):
     def static_html(self) -> str:
         """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
         columns = "".join(
-            f'<div style="flex:1 1 0;min-width:260px;margin:0 6px"><b>{html.escape(label)}</b>'
+            f'<div style="flex:1 1 300px;min-width:0;margin:0 6px"><b>{html.escape(label)}</b>'
             f"{view.value}</div>"
             for label, view in self.text_views.items()
         )
@@ -149,9 +149,6 @@ class CompareView(LiveView):
             f'{prob_legend()}<div style="display:flex;flex-wrap:wrap">{columns}</div>'
             f"{self.summary_view.value}{png_html(self.plot_png, 'log-probs')}</div>"
         )
-
-    def _repr_mimebundle_(self, **kwargs):
-        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job) -> dict[str, Any]:
@@ -170,7 +167,9 @@ class CompareView(LiveView):
         prompt = None if self.chat_box.value else self.prompt_box.value
         for label, table in tables.items():
             marks = [diverge] if diverge is not None else []
-            self.text_views[label].value = result_html(table, prompt=prompt, marks=marks)
+            self.text_views[label].value = result_html(
+                table, prompt=prompt, marks=marks, tokenizer=self.lm.tokenizer
+            )
         self.results, self.tables, self.divergence = results, tables, diverge
         self.result = results
         rows = [
@@ -178,7 +177,7 @@ class CompareView(LiveView):
                 "config": label,
                 "tokens": len(t),
                 "sum_logprob": float(t.logprob.sum()),
-                "mean_logprob": float(t.logprob.mean()) if len(t) else float("nan"),
+                "mean_logprob": float(t.logprob.mean()) if len(t) else None,
                 "mode": str(results[label].run.mode),
             }
             for label, t in tables.items()

@@ -26,6 +26,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..config import FIELDS, GROUPS, GenerationConfig, WatermarkingConfig
+from .base import FOCUS_CSS, error_text, with_static_html
 from .fields import FieldControl, make_control
 from .render import TABLE_CSS, WARNINGS_LOCK, message
 
@@ -74,14 +75,6 @@ def _reason(name: str, value: Any, err: Exception) -> str:
     if f"`{name}`" not in text and name not in text:
         text = f"`{name}` = {value!r} is not accepted: {text}"
     return text
-
-
-#: keyboard focus made visible on every control of the panels (an HTML widget's <style>)
-FOCUS_CSS = """<style>
-.genlab-panel :focus-visible, .genlab-panel .genlab-section-header:focus {
-  outline: 2px solid #1a73e8 !important; outline-offset: 1px; }
-.genlab-panel .genlab-section-header { text-align: left; font-weight: bold; }
-</style>"""
 
 
 class Sections(widgets.VBox):
@@ -392,11 +385,7 @@ class ConfigPanel(widgets.VBox):
         )
 
     def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data = dict(data or {})
-        data["text/html"] = self.static_html()
-        return (data, meta) if meta else data
+        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- internals -------------------------------------------------------------------------
     def _build_page(self, index: int) -> None:
@@ -482,4 +471,4 @@ class ConfigPanel(widgets.VBox):
         try:
             fn()
         except (OSError, ValueError) as err:
-            self.file_status.value = message(f"{type(err).__name__}: {err}", "error")
+            self.file_status.value = message(error_text(err), "error")

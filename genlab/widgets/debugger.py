@@ -20,7 +20,6 @@ import asyncio
 import html
 import threading
 import time
-import warnings
 from typing import Any
 
 import ipywidgets as widgets
@@ -29,11 +28,10 @@ import pandas as pd
 from ..config import GenerationConfig
 from ..engine import Run
 from ..plots.tokens import candidates, stage_name
-from ..tokens import show_token
-from ..trace import Tracer
-from .config_panel import FOCUS_CSS, WARNINGS_LOCK, ConfigPanel
-from .live import initial_config
-from .playground import with_static_html
+from ..tokens import running_pieces, show_token
+from .base import FOCUS_CSS, button, controls_row, figure_image, parse_int, scroll_box, title_html
+from .config_panel import ConfigPanel
+from .live import LiveView, initial_config, run_total, start_run
 from .render import (
     TABLE_CSS,
     frame_html,
@@ -46,7 +44,7 @@ from .render import (
     text_block,
     token_spans,
 )
-from .worker import running_loop
+from .worker import Job, running_loop
 
 #: seconds of quiet after a click before its view is drawn (quick clicks draw once)
 DEFER = 0.02
@@ -66,7 +64,9 @@ def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
                 "removed_tokens": stage.removed_tokens,
                 "removed_mass": stage.removed_mass,
                 "raw_mass_kept": stage.raw_mass_kept,
-                "top": ", ".join(f"{show_token(t)} {p:.3f}" for t, p in zip(top.token, top.prob)),
+                "top": ", ".join(
+                    f"{show_token(t)} {prob_text(p)}" for t, p in zip(top.token, top.prob)
+                ),
             }
         )
     return pd.DataFrame(out)
@@ -88,12 +88,12 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
             note = "chosen: " if chosen else ""
             cells.append(
                 f'<td style="padding:1px 6px;white-space:nowrap;{weight}" title="{note}'
-                f'{html.escape(show_token(tok))} p={p:.4f}">'
+                f'{html.escape(show_token(tok))} p={prob_text(p)}">'
                 f"{html.escape(show_token(tok))} {prob_text(p)}"
                 f'<div style="background:{colour};height:5px;width:{max(1, round(70 * p))}px">'
                 "</div></td>"
             )
-        removed = "" if i == 0 else f"{st.removed_mass:.3f}"
+        removed = "" if i == 0 else prob_text(st.removed_mass)
         rows.append(
             f"<tr><td style='padding:1px 6px'><b>{html.escape(stage_name(st.stage))}</b></td>"
             f"<td style='text-align:right;padding:1px 6px'>{st.tokens_kept:,}</td>"
@@ -130,17 +130,20 @@ def parse_typed_token(text: str):
     return text
 
 
-class StepDebugger(widgets.VBox):
-    """Step / Run / Rewind / Fork over a :class:`Run`, with the waterfall of each step.
+class StepDebugger(LiveView):
+    """Step / Run / Stop / Rewind / Fork over a :class:`Run`, with the waterfall of each
+    step. A LiveView: Run goes through the panel's scheduler (on the kernel's loop, one
+    token per callback), so Stop and every click are read between two tokens; a click
+    made while a Run is going on is refused with a message (never applied later).
 
     lm: a :class:`genlab.LM`; prompt, chat, seed as in ``lm.start``; trace_top_k:
-    candidates kept per stage; config / config kwargs: the settings (model defaults, 20 new tokens
-    unless given).
+    candidates kept per stage; config / config kwargs: the settings (model defaults, 20 new
+    tokens unless given).
 
     For code and tests: ``step()``, ``run_to_end()``, ``rewind(n)``, ``fork()``,
-    ``select_run(i)``, ``force(token)``, ``text()``, ``history()`` and
+    ``select_run(i)``, ``force(token)``, ``clear_forced()``, ``text()``, ``history()`` and
     ``waterfall_table()`` (DataFrames); ``run`` is the active Run, ``runs`` all of them,
-    ``error`` the last failure (None after a success).
+    ``error`` the last failure (None after a success), ``busy`` while a Run goes on.
 
     >>> from genlab.widgets import StepDebugger
     >>> dbg = StepDebugger(genlab.load("demo"), "Once upon a time", do_sample=True, top_k=20)
@@ -162,14 +165,18 @@ class StepDebugger(widgets.VBox):
         self.trace_top_k = trace_top_k
         self.prompt = prompt
         self.chat = chat
-        self.error: str | None = None
+        self.seed_value = seed
+        self._init_live(debounce=0.0, auto_update=False)
         cfg = initial_config(lm, config, **config_kwargs)
-        with WARNINGS_LOCK, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            run = lm.start(prompt, chat=chat, seed=seed, generation_config=cfg)
-        run.attach_tracer(Tracer(run, top_k=trace_top_k))
+        run = start_run(
+            lm, prompt, chat=chat, seed=seed, config=cfg, trace_top_k=trace_top_k,
+            keep_history=True,
+        )  # fmt: skip
         self.runs: list[Run] = [run]
         self.run = run
+        #: per run, the steps each forced text took (start, end): forcing again replaces
+        #: the whole text, not its last piece
+        self._forced_spans: dict[int, list[tuple[int, int]]] = {}
 
         self.panel = ConfigPanel(
             run.config,
@@ -178,23 +185,15 @@ class StepDebugger(widgets.VBox):
             open_group=None,  # "logits" opens with the Settings tab (built only then)
             title="Settings (take effect at the next step)",
         )
-
-        def button(label: str, **kwargs) -> widgets.Button:  # as wide as its label, >= 80px
-            return widgets.Button(
-                description=label, layout=widgets.Layout(width="auto", min_width="80px"), **kwargs
-            )
-
         self.step_button = button("Step", button_style="primary")
         self.run_button = button("Run")
         self.rewind_button = button("Rewind")
-        self.rewind_count = widgets.BoundedIntText(
-            value=1, min=1, max=10_000, layout=widgets.Layout(width="70px")
-        )
+        self.rewind_count = widgets.Text(value="1", layout=widgets.Layout(width="70px"))
+        self.rewind_count.tooltip = "how many steps Rewind undoes"
         self.fork_button = button("Fork")
         self.run_picker = widgets.Dropdown(
             options=[("run 0", 0)], value=0, description="run", layout=widgets.Layout(width="160px")
         )
-        self.status = widgets.HTML()
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
         self.candidates = widgets.Dropdown(
@@ -203,64 +202,59 @@ class StepDebugger(widgets.VBox):
         self.token_box = widgets.Text(
             placeholder="or type a token", layout=widgets.Layout(width="180px")
         )
-        self.force_button = widgets.Button(
-            description="Take this token", tooltip="redo the current step with this token"
-        )
+        self.force_button = button("Take this token", tooltip="redo the current step with it")
+        self.forced_view = widgets.HTML()
+        self.clear_button = button("Clear queue", tooltip="drop the tokens queued to be forced")
+        self.clear_button.layout.display = "none"
         self.waterfall_view = widgets.HTML()
-        self.waterfall_image = widgets.Image(format="png")
+        self.waterfall_image = figure_image()
         self.waterfall_png = b""
         self.history_view = widgets.HTML()
-        self.progress = widgets.IntProgress(
-            value=0, min=0, max=1, layout=widgets.Layout(width="160px")
-        )
         self.notice: str | None = None
-        self.version = 0  # +1 per drawn view
-        self.timings: dict[str, float] = {}
         self._lock = threading.RLock()
         self._pending = 0  # actions whose view is not drawn yet
         self._timer: threading.Timer | asyncio.TimerHandle | None = None
         self.defer_render = False  # buttons set it: quick clicks are drawn once
 
         self.step_button.on_click(lambda _: self._click(self.step))
-        self.run_button.on_click(lambda _: self._click(self.run_to_end))
-        self.rewind_button.on_click(lambda _: self._click(self.rewind, self.rewind_count.value))
+        self.run_button.on_click(lambda _: self._click(self._start_run))
+        self.rewind_button.on_click(lambda _: self._click(self._rewind_typed))
         self.fork_button.on_click(lambda _: self._click(self.fork))
         self.force_button.on_click(lambda _: self._click(self._force_chosen))
+        self.clear_button.on_click(lambda _: self._click(self.clear_forced))
         self.run_picker.observe(self._picked, names="value")
 
-        buttons = widgets.HBox(
-            [
-                self.step_button,
-                self.run_button,
-                self.rewind_button,
-                self.rewind_count,
-                self.fork_button,
-                self.run_picker,
-                self.progress,
-            ]
+        buttons = controls_row(
+            self.step_button,
+            self.run_button,
+            self.stop_button,
+            self.rewind_button,
+            self.rewind_count,
+            self.fork_button,
+            self.run_picker,
+            self.progress,
         )
-        forcing = widgets.HBox([self.candidates, self.token_box, self.force_button])
-        self.figure_box = widgets.Box(
-            [self.waterfall_image], layout=widgets.Layout(overflow="auto", max_width="100%")
-        )
+        forcing = controls_row(self.candidates, self.token_box, self.force_button)
+        self.figure_box = scroll_box(self.waterfall_image)
+        self.figure_note = widgets.HTML()
         self.tabs = widgets.Tab(
             children=[
                 widgets.VBox([self.waterfall_view, forcing]),
-                self.figure_box,
+                widgets.VBox([self.figure_note, self.figure_box]),
                 self.history_view,
                 self.panel,
             ],
             titles=["Current step", "Waterfall figure", "History", "Settings"],
         )
-        self.tabs.observe(lambda _: self._guard(self._show_figure), names="selected_index")
+        self.tabs.observe(lambda _: self.guard(self._show_figure), names="selected_index")
         self.tabs.observe(self._settings_shown, names="selected_index")
-        title = widgets.HTML(f"<b>genlab step debugger</b> &middot; {html.escape(str(lm.name))}")
         super().__init__(
             [
                 widgets.HTML(FOCUS_CSS),
-                title,
+                title_html("step debugger", lm),
                 buttons,
                 self.status,
+                controls_row(self.forced_view, self.clear_button),
                 self.text_view,
                 widgets.HTML(prob_legend()),
                 self.tabs,
@@ -271,14 +265,29 @@ class StepDebugger(widgets.VBox):
         self._render()
 
     # -- actions -------------------------------------------------------------------------
+    def finished_message(self) -> str:
+        """What the panel says when the active run has finished, and what works then."""
+        run, n = self.run, self.run.step_index
+        by = getattr(run, "finished_by", None)
+        back = "Rewind to go back, or Fork to try another way"
+        if by == "length":
+            return (
+                f"the run reached max_new_tokens ({n} tokens): raise max_new_tokens in "
+                f"Settings and Step to go on, {back}"
+            )
+        if by == "eos":
+            return f"the model ended the text (end-of-text token) after {n} tokens: {back}"
+        if by == "stop":
+            return f"a stop string or criterion ended the text after {n} tokens: {back}"
+        if by == "interrupted" or getattr(run, "interrupted", False):
+            return f"stopped after {n} tokens: Rewind (even 0 steps) to go on, or Fork"
+        return f"the run has finished ({n} tokens): {back}"
+
     def step(self, n: int = 1) -> None:
         """Take ``n`` steps (fewer if the generation ends); on a finished run, say so."""
         with self._lock:
             if self.run.finished:
-                self.notice = (
-                    f"the run has finished ({self.run.step_index} tokens): Rewind to go back, "
-                    "Fork to try another way, or raise max_new_tokens in Settings"
-                )
+                self.notice = self.finished_message()
                 self.status.value = message(self.notice, "warn")
                 return
             for _ in range(n):
@@ -288,39 +297,71 @@ class StepDebugger(widgets.VBox):
         self._changed()
 
     def run_to_end(self) -> None:
-        """Step until a stopping criterion ends the generation, showing the text and the
-        progress (tokens so far, tokens/s) as it goes."""
-        with self._lock:
-            run = self.run
-            total = max(1, int(run.gen_config.max_length) - int(run.prompt_length))
-            self.progress.max, self.progress.value = total, run.step_index
-            t0 = last = time.perf_counter()
-            start = run.step_index
+        """Step until a stopping criterion ends the generation (here, to its end; the Run
+        button does it through the scheduler, showing the text and the progress, and Stop
+        ends it)."""
+        self.update(sync=True)
+        self.wait()
+
+    def _start_run(self) -> None:
+        if self.run.finished:
+            self.step()  # says why nothing happens
+            return
+        self.update()
+
+    def compute(self, job: Job):
+        """Generator: step the active run until it finishes or Stop is pressed, showing
+        the text and the progress (tokens so far of the run's total now) as it goes."""
+        run = self.run
+        start, t0 = run.step_index, time.perf_counter()
+        last = t0
+        for button_ in (self.step_button, self.run_button, self.rewind_button, self.fork_button):
+            button_.disabled = True
+        try:
             while not run.finished:
+                if job.cancelled.is_set():
+                    break  # Stop: the steps so far stay; the run can go on with Step
                 run.step()
                 now = time.perf_counter()
                 if now - last >= 0.1:
                     last = now
+                    total = run_total(run)
+                    self.progress.max, self.progress.value = total, run.step_index
                     rate = (run.step_index - start) / (now - t0)
-                    self.progress.value = min(run.step_index, total)
                     self.status.value = message(
-                        f"running… {run.step_index} of {total} tokens · {rate:.1f} tokens/s"
+                        f"running… {run.step_index} of {total} tokens · {rate:.1f} tokens/s "
+                        "(Stop ends it here)"
                     )
-                    self.text_view.value = text_block(html.escape(self.text()))
-            self.progress.value = min(run.step_index, total)
-        self._changed()
+                    self.text_view.value = self._text_html()
+                yield
+        finally:
+            for button_ in (
+                self.step_button, self.run_button, self.rewind_button, self.fork_button
+            ):  # fmt: skip
+                button_.disabled = False
+        return run
+
+    def render(self, data) -> None:
+        """Draw the panel after a Run (LiveView)."""
+        self._render()
 
     def rewind(self, n: int = 1) -> None:
         """Undo the last ``n`` steps (the config goes back to what those steps used)."""
         with self._lock:
             self.run.rewind(n)
+            spans = self._forced_spans.get(id(self.run), [])
+            self._forced_spans[id(self.run)] = [s for s in spans if s[1] <= self.run.step_index]
             self.panel.bind(self.run.config)
         self._changed()
+
+    def _rewind_typed(self) -> None:
+        self.rewind(parse_int(self.rewind_count.value, "rewind count", 0, self.run.step_index))
 
     def fork(self) -> Run:
         """Copy the active run and switch to the copy; returns it."""
         with self._lock:
             other = self.run.fork()
+            self._forced_spans[id(other)] = list(self._forced_spans.get(id(self.run), []))
             self.runs.append(other)
             self.run = other
             self.panel.bind(other.config)
@@ -344,31 +385,43 @@ class StepDebugger(widgets.VBox):
 
     def force(self, token) -> None:
         """Take ``token`` (an id, a token string or a text) at the current step instead
-        of the token chosen there (before the first step: as the first token). A text of
-        several tokens is taken whole: every token of it, one step each."""
+        of what was taken there (before the first step: as the first token). A text of
+        several tokens is taken whole, one step each; forcing again right after replaces
+        that whole text (not its last piece)."""
         if token is None or (isinstance(token, str) and token == ""):
             raise ValueError("choose a candidate or type a token to force")
         with self._lock:
             run = self.run
-            rewound = False
+            spans = self._forced_spans.setdefault(id(run), [])
+            back = 0
             if run.step_index > 0:
-                run.rewind(1)
-                rewound = True
-            dropped = run.clear_forced()  # rewinding put the step's own forced token back
+                last = spans[-1] if spans and spans[-1][1] == run.step_index else None
+                back = last[1] - last[0] if last else 1
+            run.rewind(back)
+            dropped = run.clear_forced()  # rewinding put those steps' forced tokens back
             try:
                 run.force(token)
             except Exception:
                 if dropped:
                     run.force(list(dropped))
-                if rewound:
+                for _ in range(back):
                     run.step()  # back where it was: a refused token changes nothing
                 raise
+            start = run.step_index
             while run.pending_forced and not run.finished:
                 run.step()
+            spans[:] = [s for s in spans if s[1] <= start] + [(start, run.step_index)]
             self.panel.bind(run.config)
         self._changed()
 
-    # -- views ---------------------------------------------------------------------------
+    def clear_forced(self) -> tuple[int, ...]:
+        """Drop the tokens queued to be forced at the next steps (e.g. put back by a
+        Rewind); returns their ids."""
+        with self._lock:
+            dropped = self.run.clear_forced()
+        self._changed()
+        return dropped
+
     # -- views ---------------------------------------------------------------------------
     @property
     def current_step(self) -> int | None:
@@ -399,37 +452,50 @@ class StepDebugger(widgets.VBox):
     def __repr__(self) -> str:
         return f"StepDebugger(lm={self.lm.name!r}, step={self.run.step_index})"
 
-    # -- internals -----------------------------------------------------------------------
     def static_html(self) -> str:
-        """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
-        return (
-            '<div class="genlab-static">'
-            f"<b>genlab step debugger</b> &middot; {html.escape(str(self.lm.name))}"
-            f"{self.status.value}{self.text_view.value}{prob_legend()}"
-            f"{self.waterfall_view.value}{png_html(self.waterfall_png, 'waterfall')}</div>"
-        )
-
-    def _repr_mimebundle_(self, **kwargs):
-        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
+        """The panel's last state as plain HTML (what a notebook shows without a kernel):
+        before the first Step, the prompt and the settings."""
+        parts = [
+            f"<b>genlab step debugger</b> &middot; {html.escape(str(self.lm.name))}",
+            self.status.value,
+            self.forced_view.value,
+            self.text_view.value,
+            prob_legend(),
+        ]
+        if self.current_step is None:
+            parts.append(self.panel.static_html())
+        else:
+            parts += [self.waterfall_view.value, png_html(self.waterfall_png, "waterfall")]
+        return f'<div class="genlab-static">{"".join(parts)}</div>'
 
     # -- internals -----------------------------------------------------------------------
-    def _guard(self, fn, *args) -> None:
-        try:
-            fn(*args)
-        except Exception as err:  # shown in the widget, never raised out of a callback
-            self.error = f"{type(err).__name__}: {err}"
-            self.status.value = message(self.error, "error")
-        else:
-            self.error = None
-
     def _click(self, fn, *args) -> None:
-        """A button's action: done now, its view drawn once the clicks pause (20 quick
-        Step clicks take 20 steps and draw the view once or twice, not 20 times)."""
+        """A button's action. While a Run goes on it is refused, with a message (never
+        queued to happen later); else it is done now, the panel shows it is working at
+        once, and its full view is drawn once the clicks pause (20 quick Step clicks take
+        20 steps and draw the waterfall once or twice, not 20 times)."""
+        if self.worker.busy:
+            self.status.value = message(
+                f"busy: a Run is going on ({self.run.step_index} of {run_total(self.run)} "
+                "tokens); this click was not applied. Press Stop first.",
+                "warn",
+            )
+            return
+        self.add_class("genlab-busy")
+        self.status.value = message(f"working… (step {self.run.step_index})")
         self.defer_render = True
         try:
-            self._guard(fn, *args)
+            self.guard(fn, *args)
         finally:
             self.defer_render = False
+            if not self._pending:
+                self.remove_class("genlab-busy")
+
+    def guard(self, fn, *args) -> bool:
+        ok = super().guard(fn, *args)
+        if not ok:
+            self._pending = 0
+        return ok
 
     SETTINGS_TAB = 3  # of self.tabs: Current step, Waterfall figure, History, Settings
 
@@ -441,7 +507,7 @@ class StepDebugger(widgets.VBox):
 
     def _picked(self, change) -> None:
         if not getattr(self, "_picking", False):
-            self._guard(self.select_run, change["new"])
+            self.guard(self.select_run, change["new"])
 
     def _force_chosen(self) -> None:
         typed = self.token_box.value
@@ -474,14 +540,15 @@ class StepDebugger(widgets.VBox):
             try:
                 self._render()
             except Exception as err:  # shown, never raised in a timer thread
-                self.error = f"{type(err).__name__}: {err}"
-                self.status.value = message(self.error, "error")
+                self.show_error(err)
             finally:
                 self._pending = 0
+                self.remove_class("genlab-busy")
 
     def wait(self, timeout: float = 10.0) -> None:
-        """Wait until the view of the last action is drawn (after button clicks), at most
+        """Wait until a Run and the view of the last action are drawn, at most
         ``timeout`` seconds."""
+        self.worker.wait(timeout)
         if self._pending and isinstance(self._timer, asyncio.TimerHandle):
             self._deferred_render()  # a cell waits: the loop cannot fire the timer now
         end = time.perf_counter() + timeout
@@ -495,9 +562,9 @@ class StepDebugger(widgets.VBox):
         self.version += 1
         self.timings = {"render": time.perf_counter() - t0}
 
-    def _draw(self) -> None:
-        run, trace = self.run, self.run.tracer.trace
-        steps = trace.steps()
+    def _text_html(self) -> str:
+        run = self.run
+        steps = run.tracer.trace.steps()
         prompt = (
             None
             if self.chat
@@ -505,41 +572,69 @@ class StepDebugger(widgets.VBox):
                 run.sequences[0, : run.prompt_length].tolist(), skip_special_tokens=True
             )
         )
-        if len(steps):
-            tips = [
-                f"step {s}: {show_token(t)} p={p:.3f} rank {r}" + (" (forced)" if f else "")
-                for s, t, p, r, f in zip(
-                    steps.step, steps.token, steps.prob, steps["rank"], steps.forced
-                )
-            ]
-            body = token_spans(
-                list(steps.token),
-                list(steps.prob),
-                tips,
-                marks=[i for i, f in enumerate(steps.forced) if f],
+        if not len(steps):
+            return text_block("", prompt=prompt)
+        pieces = running_pieces(self.lm.tokenizer, steps.token_id.tolist())
+        tips = [
+            f"step {s}: {show_token(t)} p={prob_text(p)} rank {r}"
+            + (" (forced)" if f else "")
+            + (f"\n{tip}" if tip else "")
+            for s, t, p, r, f, (_, tip) in zip(
+                steps.step, steps.token, steps.prob, steps["rank"], steps.forced, pieces
             )
+        ]
+        body = token_spans(
+            [t for t, _ in pieces],
+            list(steps.prob),
+            tips,
+            marks=[i for i, f in enumerate(steps.forced) if f],
+        )
+        return text_block(body, prompt=prompt)
+
+    def _draw(self) -> None:
+        run, trace = self.run, self.run.tracer.trace
+        steps = trace.steps()
+        self.text_view.value = self._text_html()
+        self.progress.max, self.progress.value = run_total(run), run.step_index
+        if run.finished:
+            state, kind = self.finished_message(), "warn"
         else:
-            body = ""
-        self.text_view.value = text_block(body, prompt=prompt)
-        state = "finished" if run.finished else "running"
-        self.progress.value = 0
+            state, kind = f"{run_total(run) - run.step_index} tokens to go at most", "info"
         self.status.value = message(
             f"step {run.step_index} · {run.mode} · {state}"
             + (f" · {len(self.runs)} runs" if len(self.runs) > 1 else "")
             + (" · outlined tokens were forced" if len(steps) and steps.forced.any() else ""),
-            "info",
+            kind,
         )
-        self.history_view.value = frame_html(steps_table(trace)) if len(steps) else ""
+        queued = run.pending_forced
+        if queued:
+            words = self.lm.tokenizer.decode(list(queued))
+            self.forced_view.value = message(
+                f"queued to be forced at the next {len(queued)} step(s): {words!r}", "warn"
+            )
+            self.clear_button.layout.display = None
+        else:
+            self.forced_view.value = ""
+            self.clear_button.layout.display = "none"
+        self.history_view.value = (
+            frame_html(steps_table(trace))
+            if len(steps)
+            else message("No steps yet: press Step; each step taken is listed here.")
+        )
         self._render_current(trace)
 
     def _render_current(self, trace) -> None:
         step = self.current_step
         if step is None:
-            self.waterfall_view.value = message("Press Step to take the first step.")
+            self.waterfall_view.value = message(
+                "Press Step to take the first step: its waterfall is shown here."
+            )
+            self.figure_note.value = message("The figure is drawn after the first Step.")
             show_figure(self.waterfall_image, None)
             self.waterfall_png = b""
             self.candidates.options = []
             return
+        self.figure_note.value = ""
         self.waterfall_view.value = (
             f"<b>step {step}</b>: the distribution after each stage" + waterfall_html(trace, step)
         )

@@ -22,9 +22,9 @@ import torch
 from ..config import GenerationConfig, SynthIDTextWatermarkingConfig, WatermarkingConfig
 from ..tokens import shown
 from ..trace import Tracer
-from .config_panel import FOCUS_CSS, ConfigPanel
+from .base import FOCUS_CSS, figure_image, scroll_box, title_html
+from .config_panel import ConfigPanel
 from .live import LiveView, initial_config
-from .playground import with_static_html
 from .render import frame_html, message, png_html, show_figure
 from .worker import Job
 
@@ -71,7 +71,44 @@ def generated_colours(sequence, prompt_length: int, config, tokenizer, vocab_siz
     return table.reset_index(drop=True)
 
 
-class WatermarkExplorer(LiveView):
+class Explorer(LiveView):
+    """What the two explorers share: a settings panel, the prompt, chat and seed inputs,
+    the controls row, the layout and the head of the static view."""
+
+    KIND = "explorer"
+
+    def _init_explorer(self, lm, cfg, open_group: str, debounce: float, auto: bool) -> None:
+        self.lm = lm
+        self._init_live(debounce, auto)
+        self.panel = ConfigPanel(
+            cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, open_group=open_group
+        )
+        self.panel.on_change(lambda p, names: self.on_input())
+
+    def _explorer_layout(self, *body: widgets.Widget) -> list[widgets.Widget]:
+        return [
+            widgets.HTML(FOCUS_CSS),
+            title_html(self.KIND, self.lm),
+            self.prompt_box,
+            widgets.HBox([self.chat_box, self.seed_box]),
+            self.controls_row(),
+            *body,
+        ]
+
+    @property
+    def config(self) -> GenerationConfig:
+        """The settings of the next run (from the Settings tab)."""
+        return self.panel.config
+
+    def _static_head(self) -> str:
+        return (
+            f"<b>genlab {html.escape(self.KIND)}</b> &middot; {html.escape(str(self.lm.name))}"
+            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
+            f"{self.status.value}"
+        )
+
+
+class WatermarkExplorer(Explorer):
     """The green-list watermark of one generation (see the module docstring).
 
     watermarking_config: a :class:`WatermarkingConfig` (default: the reference's
@@ -106,30 +143,26 @@ class WatermarkExplorer(LiveView):
         run: bool = True,
         **config_kwargs: Any,
     ) -> None:
-        self.lm = lm
+        self.KIND = "watermark explorer"
         self.baseline = None
         self.colours: pd.DataFrame | None = None
         self.detection: pd.DataFrame | None = None
         self.greenlist: pd.DataFrame | None = None
         self.z_png = self.greenlist_png = b""
-        self._init_live(debounce, auto_update)
         config_kwargs.setdefault("do_sample", True)
         config_kwargs["watermarking_config"] = watermarking_config or WatermarkingConfig()
         cfg = initial_config(lm, **config_kwargs)
-        self.panel = ConfigPanel(
-            cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, open_group="watermark"
-        )
-        self.panel.on_change(lambda p, names: self.on_input())
+        self._init_explorer(lm, cfg, "watermark", debounce, auto_update)
         self._init_prompt_inputs(prompt, chat, seed)
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
         self.detection_view = widgets.HTML()
-        self.z_image = widgets.Image(format="png")
+        self.z_image = figure_image()
         self.position = widgets.IntSlider(
             value=0, min=0, max=0, description="position", continuous_update=False
         )
         self.position.observe(lambda _: self._guarded_greenlist(), names="value")
-        self.greenlist_image = widgets.Image(format="png")
+        self.greenlist_image = figure_image()
         self.greenlist_view = widgets.HTML()
         tabs = widgets.Tab(
             children=[
@@ -142,28 +175,11 @@ class WatermarkExplorer(LiveView):
             ],
             titles=["Green / red", "Running z", "Green list", "Settings"],
         )
-        title = widgets.HTML(
-            f"<b>genlab watermark explorer</b> &middot; {html.escape(str(lm.name))}"
-        )
-        super().__init__(
-            [
-                widgets.HTML(FOCUS_CSS),
-                title,
-                self.prompt_box,
-                widgets.HBox([self.chat_box, self.seed_box]),
-                self.controls_row(),
-                tabs,
-            ]
-        )
+        super().__init__(self._explorer_layout(tabs))
         self.add_class("genlab-watermark-explorer")
         self.add_class("genlab-panel")
         if run:
             self.update(sync=True)
-
-    @property
-    def config(self) -> GenerationConfig:
-        """The settings of the next run (from the Settings tab)."""
-        return self.panel.config
 
     def __repr__(self) -> str:
         return f"WatermarkExplorer(lm={self.lm.name!r})"
@@ -171,15 +187,10 @@ class WatermarkExplorer(LiveView):
     def static_html(self) -> str:
         """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
         return (
-            '<div class="genlab-static">'
-            f"<b>genlab watermark explorer</b> &middot; {html.escape(str(self.lm.name))}"
-            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
-            f"{self.status.value}{self.text_view.value}{self.detection_view.value}"
+            f'<div class="genlab-static">{self._static_head()}'
+            f"{self.text_view.value}{self.detection_view.value}"
             f"{png_html(self.z_png, 'running z')}</div>"
         )
-
-    def _repr_mimebundle_(self, **kwargs):
-        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
@@ -232,9 +243,15 @@ class WatermarkExplorer(LiveView):
             + f"<b>same prompt and seed, no watermark</b>: z = {z[1]:.2f} → {verdict[1]}"
             + watermark_html(base_colours).html
         )
+        detected = self.detection[
+            ["text", "num_tokens_scored", "num_green_tokens", "green_fraction", "z_score",
+             "p_value"]
+        ].copy()  # fmt: skip
+        detected["verdict"] = verdict
         self.detection_view.value = (
-            f"<b>detector</b> (generated tokens only; watermarked when z &gt; {Z_THRESHOLD:g})"
-            + frame_html(self.detection)
+            f"<b>detector</b> (generated tokens only; watermarked when z &gt; {Z_THRESHOLD:g}; "
+            "p_value: the chance of this many green tokens in text without the watermark)"
+            + frame_html(detected)
         )
         fig = running_z(
             colours,
@@ -281,7 +298,9 @@ class WatermarkExplorer(LiveView):
             ),
         )
         self.greenlist_view.value = frame_html(
-            table[["token", "id", "green", "chosen", "prob_before", "prob_after"]]
+            table[["token", "id", "green", "chosen", "prob_before", "prob_after"]].replace(
+                {"green": {True: "green", False: "red"}, "chosen": {True: "chosen", False: ""}}
+            )
         )
         return table
 
@@ -294,9 +313,22 @@ class WatermarkExplorer(LiveView):
             self._fail(err)
 
 
-def scroll_box(image: widgets.Image) -> widgets.Box:
-    """A box showing a figure at its native size, scrolling when it is wider."""
-    return widgets.Box([image], layout=widgets.Layout(overflow="auto", max_width="100%"))
+#: the early_stopping rules, as the Early stop tab names them
+RULES = {
+    True: "True: stop once num_beams are finished",
+    False: "False: stop when no beam can beat them",
+    "never": "never: only when no beam could ever beat them",
+}
+
+
+def early_for_people(early: pd.DataFrame) -> pd.DataFrame:
+    """``trace.early_stop()`` rows as the Early stop tab shows them: the rule in words
+    (never "rule False"); -1e9 ("no finished hypothesis yet") reads "none yet"."""
+    shown = early.drop(columns=[c for c in ("batch",) if c in early.columns]).copy()
+    if "rule" in shown.columns:
+        shown["rule"] = [RULES.get(r, str(r)) if not isinstance(r, float) else str(r)
+                         for r in shown.rule]  # fmt: skip
+    return shown
 
 
 def node_paths(tree: pd.DataFrame) -> dict[int, list[int]]:
@@ -317,7 +349,7 @@ def node_paths(tree: pd.DataFrame) -> dict[int, list[int]]:
     return paths
 
 
-class BeamExplorer(LiveView):
+class BeamExplorer(Explorer):
     """Beam search step by step: the tree, the hypothesis pool, the early-stop numbers.
 
     num_beams and other settings as config kwargs (20 new tokens unless given); the step
@@ -353,7 +385,7 @@ class BeamExplorer(LiveView):
         run: bool = True,
         **config_kwargs: Any,
     ) -> None:
-        self.lm = lm
+        self.KIND = "beam explorer"
         self.window = window
         self.tree: pd.DataFrame | None = None
         self.candidates: pd.DataFrame | None = None
@@ -361,12 +393,8 @@ class BeamExplorer(LiveView):
         self.early: pd.DataFrame | None = None
         self._paths: dict[int, list[int]] = {}
         self.tree_png = b""
-        self._init_live(debounce, auto_update)
         cfg = initial_config(lm, num_beams=num_beams, **config_kwargs)
-        self.panel = ConfigPanel(
-            cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, open_group="strategy"
-        )
-        self.panel.on_change(lambda p, names: self.on_input())
+        self._init_explorer(lm, cfg, "strategy", debounce, auto_update)
         self._init_prompt_inputs(prompt, chat, seed)
         self.step_slider = widgets.IntSlider(
             value=0, min=0, max=0, description="step", continuous_update=False
@@ -374,7 +402,7 @@ class BeamExplorer(LiveView):
         self.step_slider.observe(lambda _: self._guarded_step(), names="value")
         self.outcome_view = widgets.HTML()
         self.outcome_view.add_class("genlab-result")
-        self.tree_image = widgets.Image(format="png")
+        self.tree_image = figure_image()
         self.candidates_view = widgets.HTML()
         self.pool_view = widgets.HTML()
         self.early_view = widgets.HTML()
@@ -387,28 +415,11 @@ class BeamExplorer(LiveView):
             ],
             titles=["Beam tree", "Hypothesis pool", "Early stop", "Settings"],
         )
-        title = widgets.HTML(f"<b>genlab beam explorer</b> &middot; {html.escape(str(lm.name))}")
-        super().__init__(
-            [
-                widgets.HTML(FOCUS_CSS),
-                title,
-                self.prompt_box,
-                widgets.HBox([self.chat_box, self.seed_box]),
-                self.controls_row(),
-                self.outcome_view,
-                self.step_slider,
-                tabs,
-            ]
-        )
+        super().__init__(self._explorer_layout(self.outcome_view, self.step_slider, tabs))
         self.add_class("genlab-beam-explorer")
         self.add_class("genlab-panel")
         if run:
             self.update(sync=True)
-
-    @property
-    def config(self) -> GenerationConfig:
-        """The settings of the next run (from the Settings tab)."""
-        return self.panel.config
 
     def __repr__(self) -> str:
         return f"BeamExplorer(lm={self.lm.name!r}, num_beams={self.panel.config.num_beams})"
@@ -416,23 +427,18 @@ class BeamExplorer(LiveView):
     def static_html(self) -> str:
         """The panel's last state as plain HTML (what a notebook shows without a kernel)."""
         return (
-            '<div class="genlab-static">'
-            f"<b>genlab beam explorer</b> &middot; {html.escape(str(self.lm.name))}"
-            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
-            f"{self.status.value}{self.outcome_view.value}{png_html(self.tree_png, 'beam tree')}"
+            f'<div class="genlab-static">{self._static_head()}'
+            f"{self.outcome_view.value}{png_html(self.tree_png, 'beam tree')}"
             f"{self.candidates_view.value}{self.early_view.value}</div>"
         )
-
-    def _repr_mimebundle_(self, **kwargs):
-        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
         """Run the traced beam search for job (a step per yield); returns the result."""
         if self.panel.config.num_beams < 2:
             raise ValueError(
-                f"num_beams must be >= 2 for a beam tree, got {self.panel.config.num_beams}; "
-                "raise it in Settings > Generation strategy"
+                f"num_beams is {self.panel.config.num_beams}: a beam tree needs 2 or more "
+                "(Settings > Generation strategy, or the beam preset)"
             )
         return (yield from self.generate(job, self.panel.config))
 
@@ -486,6 +492,10 @@ class BeamExplorer(LiveView):
         self.pool = hyps[hyps.step == step].reset_index(drop=True)
         early = trace.early_stop()
         self.early = early[(early.step == step) & (early.batch == 0)].reset_index(drop=True)
+        # for people: no beam / slot -1 (a candidate that was not kept), no -1e9
+        readable = self.candidates.copy()
+        for col in ("beam", "slot"):
+            readable[col] = readable[col].astype("float").where(readable[col] >= 0)
         first = max(0, step - self.window + 1)
         fig = beam_tree(
             trace,
@@ -494,8 +504,8 @@ class BeamExplorer(LiveView):
             title=f"Beam tree up to step {step}",
         )
         self.tree_png = show_figure(self.tree_image, fig)
-        self.candidates_view.value = f"<b>candidates at step {step}</b>" + frame_html(
-            self.candidates
+        self.candidates_view.value = (
+            f"<b>candidates at step {step}</b> (beam / slot empty: not kept)" + frame_html(readable)
         )
         self.pool_view.value = (
             f"<b>finished hypotheses after step {step}</b> (score = sum of log-probs / "
@@ -503,7 +513,8 @@ class BeamExplorer(LiveView):
         )
         self.early_view.value = (
             f"<b>stopping decision after step {step}</b>: search goes on while the best "
-            "reachable score can still beat the worst kept hypothesis" + frame_html(self.early)
+            "reachable score can still beat the worst kept hypothesis"
+            + frame_html(early_for_people(self.early))
         )
         return self.candidates
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import inspect
 import time
-import traceback
 import warnings
 from typing import Any
 
@@ -25,8 +24,8 @@ import ipywidgets as widgets
 
 from ..config import GenerationConfig
 from ..engine import Run
-from .config_panel import WARNINGS_LOCK
-from .render import message
+from .base import MAX_SEED, Panel, button, controls_row, parse_int
+from .render import WARNINGS_LOCK, message
 from .worker import Job, Worker, drain
 
 SPECIAL_TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
@@ -70,37 +69,41 @@ def start_run(
     config: GenerationConfig,
     trace_top_k: int = 10,
     tracer_class=None,
+    keep_history: bool = False,
 ) -> Run:
-    """A traced Run of ``lm`` on ``prompt`` with a private copy of ``config``. Warnings of
-    the set-up are kept in ``run.warnings``; ``tracer_class`` replaces the Tracer."""
+    """The one way a panel starts a run: a traced Run of ``lm`` on ``prompt`` with a
+    private copy of ``config`` (through :meth:`genlab.LM.start`'s path), ``keep_history``
+    for a run that rewinds and forks (the StepDebugger). Warnings of the set-up are kept
+    in ``run.warnings``; ``tracer_class`` replaces the Tracer."""
     if isinstance(prompt, str) and not prompt.strip() and not chat:
         raise ValueError("prompt is empty: type some text to continue (or tick chat)")
-    ids, mask = lm.encode(prompt, chat=chat)
     with WARNINGS_LOCK, warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        run = Run(
-            lm.model,
-            input_ids=ids,
-            attention_mask=mask,
-            tokenizer=lm.tokenizer,
-            generation_config=config.copy(),
-            trace={"top_k": trace_top_k},
-            seed=seed,
-            return_dict_in_generate=True,
-            output_scores=True,
-            prefix_cache=getattr(lm, "prefix_cache", None),  # a re-run reuses the prompt
-        )
+        run = lm._new_run(
+            prompt, chat, None, {"top_k": trace_top_k}, seed, keep_history,
+            {"generation_config": config.copy()},
+        )  # fmt: skip
     if tracer_class is not None:
         run.attach_tracer(tracer_class(run, top_k=trace_top_k))
     return run
+
+
+def run_total(run) -> int:
+    """How many tokens ``run`` generates at most under its config now (so that a raised
+    ``max_new_tokens`` raises the total), never fewer than it has generated."""
+    try:
+        limit = int(run.gen_config.max_length) - int(run.prompt_length)
+    except (AttributeError, TypeError):
+        limit = 0
+    return max(1, limit, int(run.step_index))
 
 
 class Cancelled(Exception):
     """Raised inside ``compute`` when a newer request replaced the job."""
 
 
-class LiveView(widgets.VBox):
-    """Base of the live widgets (see the module docstring)."""
+class LiveView(Panel):
+    """Base of the live panels (see the module docstring)."""
 
     def _init_live(self, debounce: float, auto_update: bool) -> None:
         self.result: Any = None
@@ -109,35 +112,47 @@ class LiveView(widgets.VBox):
         self.timings: dict[str, float] = {}
         stepwise = inspect.isgeneratorfunction(self.compute)
         self.worker = Worker(self._job if stepwise else self._job_to_end, debounce=debounce)
-        self.generate_button = widgets.Button(description="Generate", button_style="primary")
-        self.stop_button = widgets.Button(description="Stop", button_style="warning")
+        self.generate_button = button("Generate", button_style="primary")
+        self.stop_button = button("Stop", button_style="warning", disabled=True)
+        self.stop_button.tooltip = "stop the generation at its next token"
         self.auto_box = widgets.Checkbox(value=auto_update, description="auto-update", indent=False)
         self.progress = widgets.IntProgress(
             value=0, min=0, max=1, layout=widgets.Layout(width="160px")
         )
         self.status = widgets.HTML()
+        self.status.add_class("genlab-status")
         self.generate_button.on_click(lambda _: self.update())
         self.stop_button.on_click(lambda _: self.stop())
 
     def _init_prompt_inputs(self, prompt: str, chat: bool, seed: int | None) -> None:
         """The prompt box, chat switch and seed box every live view has; any change
-        schedules a new generation."""
+        schedules a new generation (the prompt as it is typed, after the debounce)."""
         self.prompt_box = widgets.Textarea(
-            value=prompt, rows=2, continuous_update=False, layout=widgets.Layout(width="100%")
+            value=prompt, rows=2, continuous_update=True, layout=widgets.Layout(width="100%")
         )
         self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
-        self.seed_box = widgets.IntText(
-            value=0 if seed is None else seed,
+        self.seed_box = widgets.Text(
+            value="0" if seed is None else str(seed),
             description="seed",
-            layout=widgets.Layout(width="150px"),
+            continuous_update=False,
+            layout=widgets.Layout(width="200px"),
         )
         for box in (self.prompt_box, self.chat_box, self.seed_box):
             box.observe(self.on_input, names="value")
 
-    def controls_row(self) -> widgets.HBox:
-        return widgets.HBox(
-            [self.generate_button, self.stop_button, self.auto_box, self.progress, self.status]
+    @property
+    def seed(self) -> int:
+        """The seed typed in the seed box, taken as typed (ValueError with the reason for
+        "2.5", "1e5" or a number torch cannot take)."""
+        return parse_int(self.seed_box.value, "seed", 0, MAX_SEED)
+
+    def controls_row(self, *extra: widgets.Widget) -> widgets.VBox:
+        """Generate / Stop / auto-update / progress (and ``extra``) in a row that wraps,
+        with the status line below it (a long message never squeezes the buttons)."""
+        row = controls_row(
+            self.generate_button, self.stop_button, *extra, self.auto_box, self.progress
         )
+        return widgets.VBox([row, self.status])
 
     # -- to implement ----------------------------------------------------------------------
     def compute(self, job: Job) -> Any:
@@ -147,15 +162,23 @@ class LiveView(widgets.VBox):
         raise NotImplementedError
 
     # -- public ----------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """True while a generation is scheduled or running."""
+        return self.worker.busy or self.worker._pending
+
     def update(self, sync: bool = False):
         """Recompute with the current inputs, cancelling a running computation; with
         ``sync`` wait for it and return ``result``."""
+        self._busy(True)
         self.worker.submit(sync=sync)
         return self.result if sync else None
 
     def stop(self) -> None:
         """Stop the running generation at its next step (what it made so far is shown)."""
         self.worker.stop()
+        if not self.worker.busy:
+            self._busy(False)
 
     def wait(self, timeout: float | None = None):
         """Wait for a scheduled or running update; returns ``result``."""
@@ -166,7 +189,19 @@ class LiveView(widgets.VBox):
     def on_input(self, change=None) -> None:
         """Observer for inputs: schedule a debounced update when auto-update is on."""
         if self.auto_box.value:
+            self._busy(True, "waiting for the typing to pause…")
             self.worker.schedule()
+
+    def _busy(self, on: bool, note: str = "working…") -> None:
+        """The busy state, visible at once: a class on the panel, Stop enabled, a note."""
+        if on:
+            self.add_class("genlab-busy")
+            self.stop_button.disabled = False
+            if not self.status.value or "genlab-error" not in self.status.value:
+                self.status.value = message(note)
+        else:
+            self.remove_class("genlab-busy")
+            self.stop_button.disabled = True
 
     #: seconds between two paints of a generation in progress
     STREAM_EVERY = 0.03
@@ -178,13 +213,13 @@ class LiveView(widgets.VBox):
     def drive(self, run: Run, job: Job, label: str = ""):
         """Generator: step ``run`` to its end, yielding after every step and streaming it
         into the view (:meth:`stream`: the first token at once, then every
-        :data:`STREAM_EVERY` seconds) with its progress (tokens so far, tokens/s); stops
-        early on Stop, and raises :class:`Cancelled` when a newer request replaced the job
-        (checked before every step, so a newer change cancels this generation at its next
-        step). Returns ``run``: ``run = yield from self.drive(run, job)``."""
-        total = max(1, int(run.gen_config.max_length) - int(run.prompt_length))
-        self.progress.max, self.progress.value = total, 0
+        :data:`STREAM_EVERY` seconds) with its progress (tokens so far of the run's total
+        now, tokens/s); stops early on Stop, and raises :class:`Cancelled` when a newer
+        request replaced the job (checked before every step). Returns ``run``:
+        ``run = yield from self.drive(run, job)``."""
+        self.progress.max, self.progress.value = run_total(run), run.step_index
         t0 = time.perf_counter()
+        start = run.step_index
         last = t0 - self.STREAM_EVERY  # the first token is shown as soon as it exists
         while not run.finished:
             if job.cancelled.is_set():
@@ -196,16 +231,17 @@ class LiveView(widgets.VBox):
             now = time.perf_counter()
             if now - last >= self.STREAM_EVERY and self.worker.is_current(job):
                 last = now
-                self.progress.value = min(run.step_index, total)
-                rate = run.step_index / (now - t0) if now > t0 else 0.0
+                total = run_total(run)
+                self.progress.max, self.progress.value = total, run.step_index
+                rate = (run.step_index - start) / (now - t0) if now > t0 else 0.0
                 self.status.value = message(
                     f"generating{(' ' + label) if label else ''}… {run.step_index} of "
-                    f"{total} tokens · {rate:.1f} tokens/s",
+                    f"{total} tokens · {rate:.1f} tokens/s (Stop keeps them)",
                     "info",
                 )
                 self.stream(run, job)
             yield
-        self.progress.value = min(run.step_index, total)
+        self.progress.max, self.progress.value = run_total(run), run.step_index
         return run
 
     def generate(self, job: Job, config: GenerationConfig, **start_kwargs):
@@ -216,7 +252,7 @@ class LiveView(widgets.VBox):
             self.lm,
             self.prompt_box.value,
             chat=self.chat_box.value,
-            seed=self.seed_box.value,
+            seed=self.seed,
             config=config,
             **start_kwargs,
         )
@@ -231,7 +267,7 @@ class LiveView(widgets.VBox):
         """Generator: compute (stepwise when ``compute`` is a generator) and render one
         request; errors are shown in the widget, a replaced request shows nothing."""
         t0 = time.perf_counter()
-        self.status.value = message("generating…")
+        self._busy(True, "generating…")
         try:
             data = self.compute(job)
             if inspect.isgenerator(data):
@@ -246,6 +282,9 @@ class LiveView(widgets.VBox):
             if self.worker.is_current(job):
                 self._fail(err)
             return None
+        finally:
+            if self.worker.is_current(job) and not self.worker._pending:
+                self._busy(False)
         t2 = time.perf_counter()
         self.error = None
         self.timings = {"compute": t1 - t0, "render": t2 - t1, "total": t2 - t0}
@@ -253,8 +292,4 @@ class LiveView(widgets.VBox):
         return self.result
 
     def _fail(self, err: Exception) -> None:
-        self.error = f"{type(err).__name__}: {err}"
-        last = traceback.extract_tb(err.__traceback__)[-1:]
-        where = f" (in {last[0].name}, {last[0].filename.split('/')[-1]})" if last else ""
-        kept = " The last good result is still shown." if self.result is not None else ""
-        self.status.value = message(self.error + where + kept, "error")
+        self.show_error(err, kept=self.result is not None)

@@ -25,34 +25,22 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..config import GenerationConfig
-from ..tokens import show_token
-from .config_panel import FOCUS_CSS, ConfigPanel
+from ..tokens import running_pieces, show_token
+from .base import FOCUS_CSS, figure_image, scroll_box, title_html
+from .config_panel import ConfigPanel
 from .live import LiveView, initial_config
 from .render import (
     frame_html,
     message,
     png_html,
     prob_legend,
+    prob_text,
     show_figure,
     steps_table,
     text_block,
     token_spans,
 )
 from .worker import Job
-
-
-def with_static_html(widget, bundle):
-    """Add ``widget.static_html()`` to a widget's mime bundle as ``text/html``: JupyterLab
-    with a kernel shows the live widget, GitHub / nbconvert / a notebook opened without
-    its kernel show the panel's last state."""
-    data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-    data = dict(data or {})
-    try:
-        data["text/html"] = widget.static_html()
-    except Exception as err:  # never let the fallback break the display
-        data["text/html"] = f"<pre>{html.escape(repr(err))}</pre>"
-    return (data, meta) if meta else data
-
 
 TABLE_COLUMNS = ["step", "token", "token_id", "logprob", "prob", "rank", "entropy", "top"]
 
@@ -83,16 +71,25 @@ def shown_columns(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=[c for c in ("text",) if c in table.columns])
 
 
-def result_html(table: pd.DataFrame, prompt: str | None = None, marks=()) -> str:
-    """The tokens of ``table`` (from :func:`token_table`) coloured by probability."""
+def result_html(table: pd.DataFrame, prompt: str | None = None, marks=(), tokenizer=None) -> str:
+    """The tokens of ``table`` (from :func:`token_table`) coloured by probability, as
+    running text that wraps (a character split over tokens shown whole where it is
+    complete, its bytes in the tooltip: :func:`genlab.tokens.running_pieces`)."""
     texts = list(table.text) if "text" in table.columns else list(table.token)
+    tips = [""] * len(texts)
+    if tokenizer is not None and "token_id" in table.columns:
+        pieces = running_pieces(tokenizer, table.token_id.tolist())
+        texts, tips = [t for t, _ in pieces], [t for _, t in pieces]
     ranks = table["rank"] if "rank" in table.columns else [None] * len(table)
     tops = table["top"] if "top" in table.columns else [""] * len(table)
     titles = [
-        f"{tok}  p={p:.3f}  logp={lp:.3f}"
+        f"{tok}  p={prob_text(p)}  logp={lp:.3f}"
         + (f"  rank {int(r)}" if r is not None and r == r else "")
+        + (f"\n{tip}" if tip else "")
         + (f"\ntop: {top}" if top else "")
-        for tok, p, lp, r, top in zip(table.token, table.prob, table.logprob, ranks, tops)
+        for tok, p, lp, r, top, tip in zip(
+            table.token, table.prob, table.logprob, ranks, tops, tips
+        )
     ]
     return text_block(token_spans(texts, list(table.prob), titles, marks), prompt=prompt)
 
@@ -143,12 +140,12 @@ class Playground(LiveView):
         self.text_view = widgets.HTML(text_block("<i>no result yet</i>"))
         self.text_view.add_class("genlab-result")
         self.table_view = widgets.HTML()
-        self.probs_image = widgets.Image(format="png")
+        self.probs_image = figure_image()
         self.probs_png = self.topk_png = b""
         self.position = widgets.IntSlider(
             value=0, min=0, max=0, description="position", continuous_update=False
         )
-        self.topk_image = widgets.Image(format="png")
+        self.topk_image = figure_image()
 
         self.panel.on_change(lambda panel, names: self.on_input())
         self.position.observe(lambda _: self._show_topk(), names="value")
@@ -160,23 +157,24 @@ class Playground(LiveView):
             self.update(sync=True)
 
     def _layout(self, lm) -> list[widgets.Widget]:
-        title = widgets.HTML(f"<b>genlab playground</b> &middot; {html.escape(str(lm.name))}")
+        title = title_html("playground", lm)
         options = widgets.HBox([self.chat_box, self.seed_box])
-        scroll = widgets.Layout(overflow="auto", max_width="100%")
+        self.plots_note = widgets.HTML()
         plots = widgets.VBox(
             [
-                widgets.Box([self.probs_image], layout=scroll),
+                self.plots_note,
+                scroll_box(self.probs_image),
                 self.position,
-                widgets.Box([self.topk_image], layout=scroll),
+                scroll_box(self.topk_image),
             ]
         )
         self.tabs = widgets.Tab(children=[self.table_view, plots], titles=["Tokens", "Plots"])
         self.tabs.observe(lambda _: self._show_plots(), names="selected_index")
         results = widgets.VBox(
             [self.text_view, widgets.HTML(prob_legend()), self.tabs],
-            layout=widgets.Layout(flex="1 1 420px", min_width="380px"),
+            layout=widgets.Layout(flex="1 1 420px", min_width="0", max_width="100%"),
         )
-        self.panel.layout = widgets.Layout(flex="0 1 720px", min_width="420px")
+        self.panel.layout = widgets.Layout(flex="0 1 720px", min_width="0", max_width="100%")
         body = widgets.HBox([results, self.panel], layout=widgets.Layout(flex_flow="row wrap"))
         return [
             widgets.HTML(FOCUS_CSS),
@@ -200,7 +198,8 @@ class Playground(LiveView):
         parts = [
             f"<b>genlab playground</b> &middot; {html.escape(str(self.lm.name))}",
             f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))} &middot; "
-            f"seed {self.seed_box.value} &middot; mode {html.escape(self.panel.mode)}</div>",
+            f"seed {html.escape(str(self.seed_box.value))} &middot; mode "
+            f"{html.escape(self.panel.mode)}</div>",
             self.status.value,
             self.text_view.value,
             prob_legend(),
@@ -209,9 +208,6 @@ class Playground(LiveView):
             parts.append(frame_html(shown_columns(self.table)))
         parts += [png_html(self.probs_png, "probabilities"), png_html(self.topk_png, "top-k")]
         return f'<div class="genlab-static">{"".join(parts)}</div>'
-
-    def _repr_mimebundle_(self, **kwargs):
-        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
@@ -232,7 +228,7 @@ class Playground(LiveView):
         run = result.run
         table = token_table(result)
         prompt = None if self.chat_box.value else self.prompt_box.value
-        self.text_view.value = result_html(table, prompt=prompt)
+        self.text_view.value = result_html(table, prompt=prompt, tokenizer=self.lm.tokenizer)
         self.table_view.value = frame_html(shown_columns(table))
         self.result, self.table = result, table
         self._plots_shown = False
@@ -244,7 +240,7 @@ class Playground(LiveView):
         stopped = run.interrupted
         if stopped:
             notes.insert(0, "stopped")
-        warn = list(run.warnings)
+        warn = list(dict.fromkeys(str(w) for w in run.warnings))  # each message once
         text = " · ".join(notes) + ("\n" + "\n".join(warn) if warn else "")
         self.status.value = message(text, "warn" if stopped or warn else "ok")
 
@@ -268,6 +264,16 @@ class Playground(LiveView):
             return
         trace = self._plottable()
         fig = token_probs(trace) if trace is not None else None
+        self.plots_note.value = (
+            message(
+                "no plots for beam search: its tokens have no single distribution each "
+                "(see the Tokens tab)"
+                if self.result is not None and "beam" in str(self.result.run.mode)
+                else "no result yet"
+            )
+            if fig is None
+            else ""
+        )
         self.probs_png = show_figure(self.probs_image, fig)
         self._plots_shown = True
         self._show_topk()

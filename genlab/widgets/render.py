@@ -39,16 +39,35 @@ def prob_colour(p: float) -> str:
     return matplotlib.colors.to_hex(matplotlib.colormaps[PROB_CMAP](p))
 
 
+def _luminance(hex_colour: str) -> float:
+    r, g, b = (int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast(fg: str, bg: str) -> float:
+    """The WCAG contrast ratio of two ``#rrggbb`` colours (1 to 21; text needs 4.5)."""
+    a, b = sorted((_luminance(fg), _luminance(bg)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+def ink(bg: str) -> str:
+    """Black or white, whichever reads better on the background ``bg`` (one of them
+    always reaches a contrast of 4.5:1)."""
+    return "#000000" if contrast("#000000", bg) >= contrast("#ffffff", bg) else "#ffffff"
+
+
+#: the small mark a newline leaves at the end of its line (the line still breaks)
+NEWLINE_MARK = f'<span class="genlab-nl" style="font-size:70%;opacity:0.75">{NEWLINE}</span>'
+
+
 def running_text(token: str) -> str:
-    """A token inside running text: its decoded text as it reads in the sentence (spaces
-    stay spaces, the coloured backgrounds already mark where tokens start), with the
-    characters a reader cannot see drawn by :func:`genlab.tokens.show_token` (a newline
-    is drawn as ↵ and still breaks the line)."""
-    if "\n" in token:
-        return show_token(token).replace(NEWLINE, NEWLINE + "\n")
-    if not token.strip(" ") or "\t" in token:
-        return show_token(token)
-    return token
+    """A token inside running text, as HTML: its decoded text as it reads in the sentence
+    (spaces stay spaces, so the text wraps; the coloured boxes mark where tokens start);
+    a newline leaves a small ↵ mark and breaks the line."""
+    return NEWLINE_MARK.join(html.escape(part) for part in token.split("\n")).replace(
+        NEWLINE_MARK, NEWLINE_MARK + "\n"
+    )
 
 
 def token_spans(
@@ -57,19 +76,23 @@ def token_spans(
     titles: Sequence[str] | None = None,
     marks: Sequence[int] = (),
 ) -> str:
-    """The tokens as HTML spans, each on a background coloured by its probability.
+    """The tokens as HTML spans, each on a background coloured by its probability, in
+    black or white text, whichever reads better on it.
 
-    tokens, probs: (n,); titles: (n,) hover text (default: the probability);
+    tokens: (n,) decoded texts as they read in the sentence (see :func:`running_text`;
+    :func:`genlab.tokens.running_pieces` gives them, whole characters included);
+    probs: (n,); titles: (n,) hover text (default: the probability);
     marks: indices drawn with a thick outline (e.g. the first diverging token).
     """
     out = []
     for i, (tok, p) in enumerate(zip(tokens, probs)):
-        title = titles[i] if titles is not None else f"p = {p:.3f}"
+        title = titles[i] if titles is not None else f"p = {prob_text(p)}"
         outline = "outline:2px solid #1f3fbf;" if i in marks else ""
+        bg = prob_colour(p)
         out.append(
             f'<span class="genlab-token" data-i="{i}" title="{html.escape(title)}" '
-            f'style="background:{prob_colour(p)};border-radius:3px;padding:0 1px;{outline}">'
-            f"{html.escape(running_text(tok))}</span>"
+            f'style="background:{bg};color:{ink(bg)};border-radius:3px;padding:0 1px;'
+            f'{outline}">{running_text(tok)}</span>'
         )
     return "".join(out)
 
@@ -78,53 +101,97 @@ def text_block(body: str, css_class: str = "genlab-text", prompt: str | None = N
     """A monospace block holding ``body`` (already HTML), optionally after a grey prompt."""
     head = ""
     if prompt:
-        head = f'<span style="color:#888">{html.escape(prompt)}</span>'
+        head = f'<span style="color:#595959">{html.escape(prompt)}</span>'
     return (
         f'<div class="{css_class}" style="font-family:monospace;line-height:1.8;'
-        f'white-space:pre-wrap;padding:4px">{head}{body}</div>'
+        "white-space:pre-wrap;overflow-wrap:anywhere;max-width:100%;box-sizing:border-box;"
+        f'padding:4px">{head}{body}</div>'
     )
 
 
 def prob_legend() -> str:
     """A one-line legend of the probability colours."""
     stops = "".join(
-        f'<span style="background:{prob_colour(p)};padding:0 6px">{p:g}</span>'
+        f'<span style="background:{prob_colour(p)};color:{ink(prob_colour(p))};'
+        f'padding:0 6px">{p:g}</span>'
         for p in (0.0, 0.25, 0.5, 0.75, 1.0)
     )
-    return f'<div style="font-size:smaller;color:#555">probability: {stops}</div>'
+    return (
+        f'<div class="genlab-legend" style="font-size:smaller;color:#444">probability: {stops}'
+        "</div>"
+    )
+
+
+_SUPERSCRIPT = str.maketrans(
+    "-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079"
+)
+
+
+def scientific(value: float, digits: int = 1) -> str:
+    """A small (or huge) number for people: ``3.1×10⁻⁷`` (never ``3e-07``)."""
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
+    return f"{mantissa}\u00d710{str(int(exponent)).translate(_SUPERSCRIPT)}"
+
+
+#: values the reference uses for "nothing yet" (a beam score of -1e9), shown as text
+NOTHING_YET = -1e8
 
 
 def format_number(value, digits: int = 3) -> str:
-    """A number as a table cell: ``digits`` decimals, ``-inf`` / ``inf`` spelled out, and
-    huge magnitudes (the reference's ``-1e9`` "no hypothesis yet") in short form."""
-    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+    """A number as a table cell: ``digits`` decimals; a value too small for them in
+    scientific notation (``3.1×10⁻⁷``, never ``0.000``); ``-inf`` / ``inf`` spelled out;
+    the reference's ``-1e9`` ("no hypothesis yet") as "none yet"; booleans as yes / no;
+    a missing value as an empty cell."""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, numbers.Real):
         value = int(value) if isinstance(value, numbers.Integral) else float(value)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)):
+    if isinstance(value, str) or not isinstance(value, (int, float)):
         return str(value)
     if isinstance(value, int):
         return str(value)
     if math.isinf(value):
         return "-inf" if value < 0 else "inf"
+    if value <= NOTHING_YET:
+        return "none yet"
     if abs(value) >= 1e6:
-        return f"{value:.3g}"
+        return scientific(value)
+    if value != 0 and abs(value) < 0.5 * 10**-digits:
+        return scientific(value)
     return f"{value:.{digits}f}"
 
 
 #: spacing of the panels' tables (an HTML widget gets none of JupyterLab's table styles:
-#: without it the headers of adjacent columns run together); a row stays on one line, and
-#: a table wider than its panel scrolls sideways in its box (see :func:`frame_html`)
+#: without it the headers of adjacent columns run together); a row stays on one line
+#: except in its text columns (see :func:`frame_html`), and a table wider than its panel
+#: scrolls sideways in its box
 TABLE_CSS = (
-    "<style>.genlab-table th, .genlab-table td { padding: 2px 8px; white-space: nowrap; }</style>"
+    "<style>.genlab-table th, .genlab-table td { padding: 2px 8px; white-space: nowrap; }"
+    ".genlab-table td.genlab-wrap { white-space: normal; min-width: 12em; max-width: 28em;"
+    " overflow-wrap: anywhere; }</style>"
 )
+
+#: columns of free text, which wrap inside their cell
+WRAP_COLUMNS = ("top", "text", "sample", "prompt")
+
+
+def is_prob_column(name) -> bool:
+    """A column of probabilities (``prob``, ``prob_before``, ``p_value`` ...): printed by
+    :func:`prob_text`."""
+    name = str(name)
+    return (name.startswith("prob") or name.endswith("_prob") or name == "p_value") and (
+        "logprob" not in name
+    )
 
 
 def frame_html(frame: pd.DataFrame, digits: int = 3, max_rows: int = 200) -> str:
-    """A DataFrame as a plain HTML table (numbers by :func:`format_number`, empty cells
-    for missing values, never "None"), inside a box that scrolls rather than cuts."""
+    """A DataFrame as a plain HTML table (numbers by :func:`format_number`, probabilities
+    by :func:`prob_text`, empty cells for missing values, never "None", "nan" or
+    "True"), inside a box that scrolls rather than cuts; text columns wrap."""
     if frame is None or frame.empty:
-        return "<i>no rows</i>"
+        return '<div class="genlab-empty" style="margin:4px 0"><i>no rows</i></div>'
     shown = frame.head(max_rows)
     formatters = {}
     for c in shown.columns:
@@ -135,11 +202,12 @@ def frame_html(frame: pd.DataFrame, digits: int = 3, max_rows: int = 200) -> str
             and bool(((col.dropna() % 1) == 0).all())
             and bool((col.dropna().abs() < 1e6).all())
         )  # a float column of whole numbers (counts): printed as whole numbers
-        formatters[c] = (
-            (lambda v: format_number(int(v)) if v == v else "")
-            if counts
-            else (lambda v, d=digits: format_number(v, d))
-        )
+        if is_prob_column(c) and pd.api.types.is_numeric_dtype(col):
+            formatters[c] = lambda v: "" if v != v else prob_text(v)
+        elif counts:
+            formatters[c] = lambda v: format_number(int(v)) if v == v else ""
+        else:
+            formatters[c] = lambda v, d=digits: format_number(v, d)
     table = shown.to_html(
         index=False,
         classes="genlab-table",
@@ -148,6 +216,20 @@ def frame_html(frame: pd.DataFrame, digits: int = 3, max_rows: int = 200) -> str
         formatters=formatters,
         na_rep="",
     )
+    wrap = [i for i, c in enumerate(shown.columns) if str(c) in WRAP_COLUMNS]
+    if wrap:  # mark the cells of the text columns (pandas gives cells no classes)
+        rows = table.split("<tr>")
+        for r, row in enumerate(rows):
+            if "<td>" not in row:
+                continue
+            cells = row.split("<td>")
+            for i in wrap:
+                if i + 1 < len(cells):
+                    cells[i + 1] = '<td class="genlab-wrap">' + cells[i + 1]
+            rows[r] = cells[0] + "".join(
+                c if c.startswith("<td class") else "<td>" + c for c in cells[1:]
+            )
+        table = "<tr>".join(rows)
     return f'<div style="max-height:360px;max-width:100%;overflow:auto">{TABLE_CSS}{table}</div>'
 
 
@@ -185,13 +267,15 @@ def show_figure(image, fig, dpi: int = FIGURE_DPI) -> bytes:
     """Draw ``fig`` into the ``widgets.Image`` ``image`` at its native size: one figure
     pixel per screen pixel (never stretched or squeezed; a wide figure scrolls in its
     box). ``fig`` None clears the image. Returns the PNG bytes."""
-    if fig is None:
+    if fig is None:  # hidden: an empty image shows a broken-image icon
         image.value = b""
         image.layout.width = image.layout.height = None
+        image.layout.display = "none"
         return b""
     png = figure_png(fig, dpi=dpi)
     width, height = png_size(png)
     image.value = png
+    image.layout.display = None
     image.layout.width, image.layout.height = f"{width}px", f"{height}px"
     image.layout.max_width = "none"
     image.layout.object_fit = "none"
@@ -211,12 +295,14 @@ def png_html(png: bytes, alt: str = "figure") -> str:
 
 
 def prob_text(p: float) -> str:
-    """A probability for a label: 3 decimals, or the power of ten when it is below 0.001
-    (a possible token is never shown as "0.000")."""
+    """A probability for a label: 3 decimals, or in scientific notation when it is below
+    0.001 (``3.1×10⁻⁷``: a possible token is never shown as "0.000")."""
     p = float(p)
+    if p != p:
+        return ""
     if p >= 0.001 or p == 0:
         return f"{p:.3f}"
-    return f"{p:.0e}"
+    return scientific(p)
 
 
 def alternatives(trace, row: int = 0, n: int = 3) -> list[str]:
