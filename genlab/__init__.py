@@ -3,14 +3,34 @@
 A generation engine that behaves like Hugging Face transformers' ``generate()`` (v4.56.2),
 written as one explicit step loop with hook points, plus tables, plots and widgets.
 
->>> import genlab                                           # doctest: +SKIP
->>> lm = genlab.load("demo")                                # embedded SmolLM2-135M-Instruct
+Start here (the embedded demo model runs offline, on a CPU):
+
+>>> import genlab
+>>> lm = genlab.load("demo")                  # SmolLM2-135M-Instruct; or a folder, a Hub id
 >>> lm.generate("What is the capital of France?", chat=True, max_new_tokens=10).text
+'The capital of France is Paris.'
+>>> run = lm.start("Once upon a time")        # step, force, rewind, fork, hooks
+>>> run.step()
+Step(0, tokens=[','], logprobs=[-0.062], finished=False)
+
+What to import:
+
+* ``genlab.load``, ``genlab.LM``: a model and its tokenizer, driven by text
+  (``lm.generate``, ``lm.start``, ``lm.score``, ``lm.result(run).text``);
+* ``genlab.generate``, ``genlab.Run``: transformers' ``generate()`` on ids, and its step loop;
+* ``genlab.GenerationConfig``: every setting, with the reference's defaults;
+* ``genlab.plots`` (matplotlib figures), ``genlab.widgets`` (Jupyter panels);
+* ``genlab.Trace``, ``genlab.logit_lens``, ``genlab.attention``, ``genlab.sweep``.
+
+Where to look next: ``help(genlab.load)``, ``help(genlab.Run)``; ``dir(genlab)`` lists
+every public name; the lessons in ``notebooks/`` (notebooks/README.md has the course map);
+``make docs`` builds the API reference.
 """
 
 from __future__ import annotations
 
 import os as _os
+import sys as _sys
 
 _os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -64,6 +84,10 @@ def __getattr__(name):
         return value
     if name in _SUBPACKAGES:
         return importlib.import_module(f"genlab.{name}")
+    if name == "__all__" and _sys._getframe(1).f_globals.get("__name__") != "pydoc":
+        # `from genlab import *` and every reader get the public names; pydoc (help())
+        # does not, so that help(genlab) is the guide above, not every class in full
+        return sorted(_LAZY)
     raise AttributeError(f"module 'genlab' has no attribute {name!r}")
 
 
@@ -71,6 +95,3 @@ def __dir__():
     # what dir() and tab completion show: the public names (loaded or not) and subpackages,
     # never the helpers of this file (no `annotations`, no `_os`)
     return sorted({*_LAZY, *_SUBPACKAGES, "__version__"})
-
-
-__all__ = sorted(_LAZY)
