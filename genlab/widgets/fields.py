@@ -249,9 +249,17 @@ def _decimals(step: float) -> int:
     return max(0, -math.floor(math.log10(step))) if step < 1 else 0
 
 
+#: magnitudes past which a field's value overflows the scores (float32) and gives NaN
+#: probabilities: refused with that reason
+OVERFLOW_LIMITS: dict[str, float] = {"guidance_scale": 1e4}
+
+
 class NumberControl(FieldControl):
-    """A slider when both ends are known (spec range or :data:`SOFT_MAX`), else a text box;
-    a leading checkbox for fields that may be None (unchecked = None)."""
+    """A text box (``text``) that takes the number as typed (refused with the reason
+    otherwise, never clamped or rounded), after a slider (``input``) when both ends are
+    known (spec range or :data:`SOFT_MAX`; a larger typed value widens it); without
+    them the text box is ``input`` too. A leading checkbox for fields that may be None
+    (unchecked = None)."""
 
     def _build(self, value) -> None:
         spec = self.spec
@@ -259,31 +267,28 @@ class NumberControl(FieldControl):
         self.step = spec.step or (1 if self.is_int else 0.01)
         bounds = self.slider_bounds(value)
         start = value if value is not None else self._start_value(bounds)
-        layout = widgets.Layout(width=INPUT_WIDTH)
+        self.slider = None
         if bounds is not None:
             lo, hi = bounds
-            if self.is_int:
-                self.input = widgets.IntSlider(
-                    value=int(start),
-                    min=int(lo),
-                    max=int(hi),
-                    step=int(self.step),
-                    continuous_update=False,
-                    layout=layout,
-                )
-            else:
-                self.input = widgets.FloatSlider(
-                    value=float(start),
-                    min=lo,
-                    max=hi,
-                    step=self.step,
-                    continuous_update=False,
-                    readout_format=f".{_decimals(self.step)}f",
-                    layout=layout,
-                )
-        else:
-            cls = widgets.IntText if self.is_int else widgets.FloatText
-            self.input = cls(value=start, layout=layout)
+            cls = widgets.IntSlider if self.is_int else widgets.FloatSlider
+            kind = int if self.is_int else float
+            self.slider = cls(
+                value=kind(start),
+                min=kind(lo),
+                max=kind(hi),
+                step=kind(self.step),
+                readout=False,  # the text box is the readout: it takes any typed value
+                continuous_update=False,
+                layout=widgets.Layout(width="200px"),
+            )
+            self.slider.observe(self._slid, names="value")
+        self.text = widgets.Text(
+            value=self._format(start),
+            continuous_update=False,
+            layout=widgets.Layout(width="90px" if self.slider is not None else INPUT_WIDTH),
+        )
+        self.text.add_class("genlab-number")
+        self.input = self.slider if self.slider is not None else self.text
         self.enabled = None
         if spec.nullable:
             self.enabled = widgets.Checkbox(
@@ -292,12 +297,29 @@ class NumberControl(FieldControl):
                 tooltip="unchecked: None",
                 layout=widgets.Layout(width="24px"),
             )
-            self.input.disabled = value is None
+            self._disable(value is None)
             self.enabled.observe(self._toggle, names="value")
+
+    def _format(self, value) -> str:
+        if value is None:
+            return ""
+        if self.is_int:
+            return str(int(value))
+        return f"{float(value):.{_decimals(self.step) + 2}g}" if value else "0.0"
+
+    def _disable(self, off: bool) -> None:
+        self.text.disabled = off
+        if self.slider is not None:
+            self.slider.disabled = off
+
+    def _slid(self, change) -> None:
+        """The slider moved: its value goes into the text box (which the panel watches)."""
+        if not getattr(self, "_showing", False):
+            self.text.value = self._format(change["new"])
 
     def _toggle(self, change) -> None:
         """Ticking the box enables the input (and sets its value); unticking: None."""
-        self.input.disabled = not change["new"]
+        self._disable(not change["new"])
 
     def slider_bounds(self, value) -> tuple[float, float] | None:
         spec = self.spec
@@ -323,47 +345,79 @@ class NumberControl(FieldControl):
         return 0 if self.is_int else 0.0
 
     def parts(self):
-        return [self.enabled, self.input] if self.enabled is not None else [self.input]
+        inputs = [self.text] if self.slider is None else [self.slider, self.text]
+        return [self.enabled, *inputs] if self.enabled is not None else inputs
 
     def watched(self):
-        return self.parts()
+        # the slider writes its value into the text box, which is watched
+        return [self.enabled, self.text] if self.enabled is not None else [self.text]
 
     def _number(self, value):
-        """``value`` as this field's number type, or ValueError naming the field."""
+        """``value`` as this field's number type, or ValueError naming the field; an
+        integer may be typed as ``1e8`` (a whole number), never as ``2.5``."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
+            typed = str(value).strip()
             try:
-                value = (int if self.is_int else float)(str(value).strip())
+                value = int(typed) if self.is_int else float(typed)
             except ValueError:
-                kind = "an integer" if self.is_int else "a number"
-                raise ValueError(f"`{self.name}` must be {kind}, got {value!r}") from None
+                try:
+                    value = float(typed)
+                except ValueError:
+                    kind = "an integer" if self.is_int else "a number"
+                    raise ValueError(f"`{self.name}` must be {kind}, got {typed!r}") from None
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"`{self.name}` must be a finite number, got {value!r}")
-        if self.is_int and isinstance(value, float) and not value.is_integer():
-            raise ValueError(f"`{self.name}` must be an integer, got {value!r}")
+        if self.is_int and isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"`{self.name}` must be a whole number, got {value!r}")
+            value = int(value)
+        limit = OVERFLOW_LIMITS.get(self.name)
+        if limit is not None and abs(value) > limit:
+            raise ValueError(
+                f"`{self.name}` = {value!r} is too large: beyond {limit:g} the scores "
+                "overflow and the probabilities become NaN"
+            )
         return value
 
     def read(self):
         if self.enabled is not None and not self.enabled.value:
             return None
-        value = self.input.value
-        if self.is_int:
-            return int(value)
-        return round(float(value), _decimals(self.step) + 2)
+        value = self._number(self.text.value)
+        if self.slider is not None and not self.slider.min <= value <= self.slider.max:
+            self._showing = True
+            try:  # the slider follows a typed value outside its range
+                self.slider.max = max(self.slider.max, value)
+                self.slider.min = min(self.slider.min, value)
+                self.slider.value = value
+            finally:
+                self._showing = False
+        elif self.slider is not None:
+            self._showing = True
+            try:
+                self.slider.value = value
+            finally:
+                self._showing = False
+        return value
 
     def show(self, value) -> None:
         if value is not None:
             value = self._number(value)
         if self.enabled is not None:
             self.enabled.value = value is not None
-            self.input.disabled = value is None
+            self._disable(value is None)
         if value is None:
             return
-        if isinstance(self.input, (widgets.IntSlider, widgets.FloatSlider)):
-            if value > self.input.max:
-                self.input.max = value
-            if value < self.input.min:
-                self.input.min = value
-        self.input.value = int(value) if self.is_int else float(value)
+        self._showing = True
+        try:
+            if self.slider is not None:
+                if value > self.slider.max:
+                    self.slider.max = value
+                if value < self.slider.min:
+                    self.slider.min = value
+                self.slider.value = value
+            self.text.value = self._format(value)
+        finally:
+            self._showing = False
 
 
 class BoolControl(FieldControl):
