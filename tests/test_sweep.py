@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers import tiny_llama
 from test_lens import assert_legible
 
 import genlab
@@ -28,7 +28,12 @@ def result(lm):
 
 def test_every_setting_n_samples(result):
     m, s = result.metrics, result.samples
-    assert list(zip(m.temperature, m.top_p)) == [(0.6, 0.5), (0.6, 1.0), (1.4, 0.5), (1.4, 1.0)]
+    assert list(zip(m.temperature, m.top_p, strict=True)) == [
+        (0.6, 0.5),
+        (0.6, 1.0),
+        (1.4, 0.5),
+        (1.4, 1.0),
+    ]
     assert set(METRICS) <= set(m.columns)
     assert len(s) == 24 and s.groupby(["temperature", "top_p"]).size().eq(6).all()
     assert result.seconds > 0 and result.n == 6
@@ -38,7 +43,7 @@ def test_samples_are_one_seeded_batched_generate_per_setting(lm, result):
     for (t, p), part in result.samples.groupby(["temperature", "top_p"], sort=False):
         res = lm.generate(PROMPT, do_sample=True, temperature=t, top_p=p, seed=0,
                           num_return_sequences=6, max_new_tokens=12)  # fmt: skip
-        for row, ids in zip(part.itertuples(), res.generated_ids.tolist()):
+        for row, ids in zip(part.itertuples(), res.generated_ids.tolist(), strict=True):
             n = row.length
             assert row.token_ids == ids[:n]
             assert row.ended_with_eos == (3 in ids[:n])
@@ -114,7 +119,7 @@ def test_sweep_view_runs_the_typed_grid(lm):
     assert view.error is None and len(view.result.metrics) == 2
     assert view.plot_image.value[:4] == b"\x89PNG" and view.progress.value == 2
     view.grid_boxes["temperature"].value = "0.5, 1, 2"
-    view.n_box.value = 2
+    view.n_box.value = "2"
     view.run_sweep()
     assert view.result.metrics.temperature.tolist() == [0.5, 1, 2] and view.result.n == 2
     assert len(view.setting_pick.options) == 3 and "<table" in view.samples_view.value

@@ -24,7 +24,8 @@ import pandas as pd
 from ..engine import Run
 from ..inside import attention, logit_lens
 from ..plots.inside import attention_heatmap, focused_head, lens_heatmap, sweep_metrics
-from .render import figure_png, frame_html, message, text_block, token_spans
+from .base import FOCUS_CSS, Panel, button, error_text, figure_image, parse_int, scroll_box
+from .render import figure_png, frame_html, message, png_html, text_block, token_spans
 
 _WIDE = {"description_width": "initial"}
 
@@ -36,7 +37,18 @@ def _png(fig) -> bytes:
     return figure_png(fig, dpi=DPI)
 
 
-class LensView(widgets.VBox):
+def _image(png: bytes, image: widgets.Image) -> None:
+    """Show ``png`` in ``image`` at its native size (hidden while there is none)."""
+    from .render import png_size
+
+    image.value = png
+    width, height = png_size(png)
+    image.layout.display = None if png else "none"
+    image.layout.width, image.layout.height = (f"{width}px", f"{height}px") if png else (None, None)
+    image.layout.max_width = "none"
+
+
+class LensView(Panel):
     """The logit lens and the attention of a generation (see the module docstring).
 
     source: an :class:`~genlab.lm.LM` (with ``prompt``, ``chat`` and generation settings,
@@ -66,13 +78,14 @@ class LensView(widgets.VBox):
         self.source = None
         self.prompt_box = widgets.Text(value=str(prompt) if self.lm else "", description="prompt",
                                        layout=widgets.Layout(width="60%"))  # fmt: skip
-        self.go = widgets.Button(description="Generate", button_style="primary")
+        self.go = button("Generate", button_style="primary")
         self._given_prompt = prompt  # ids or messages, used while the box shows them
         self.go.on_click(lambda _: self.generate(self._prompt()))
         self.status = widgets.HTML()
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
-        self.lens_image = widgets.Image(format="png")
+        self.lens_image = figure_image()
+        self.lens_png = self.attention_png = b""
         self.lens_table = widgets.HTML()
         self.step_slider = widgets.IntSlider(description="step", min=0, max=0,
                                              continuous_update=False)  # fmt: skip
@@ -82,22 +95,26 @@ class LensView(widgets.VBox):
                                              continuous_update=False)  # fmt: skip
         self.auto_head = widgets.Checkbox(value=True, description="most focused head",
                                           indent=False)  # fmt: skip
-        self.attention_image = widgets.Image(format="png")
+        self.attention_image = figure_image()
         self.attention_table = widgets.HTML()
         for w in (self.step_slider, self.layer_slider, self.head_slider, self.auto_head):
             w.observe(lambda _: self._on_controls(), names="value")
         self._quiet = False
-        lens_tab = widgets.VBox([self.lens_image, self.lens_table])
+        lens_tab = widgets.VBox([scroll_box(self.lens_image), self.lens_table])
         att_tab = widgets.VBox([
             widgets.HBox([self.layer_slider, self.head_slider, self.auto_head]),
-            self.attention_image, self.attention_table,
+            scroll_box(self.attention_image), self.attention_table,
         ])  # fmt: skip
         self.tabs = widgets.Tab(children=[lens_tab, att_tab])
         self.tabs.set_title(0, "Logit lens")
         self.tabs.set_title(1, "Attention")
         top = [widgets.HBox([self.prompt_box, self.go])] if self.lm is not None else []
-        super().__init__(top + [self.status, self.text_view, self.step_slider, self.tabs])
+        super().__init__(
+            [widgets.HTML(FOCUS_CSS), *top, self.status, self.text_view, self.step_slider,
+             self.tabs]
+        )  # fmt: skip
         self.add_class("genlab-lens-view")
+        self.add_class("genlab-panel")
         if isinstance(source, (Run, GenerationResult)):
             self._show(source)
         elif self.lm is not None:
@@ -116,11 +133,14 @@ class LensView(widgets.VBox):
         """Generate from ``prompt`` with the view's settings and show it."""
         if self.lm is None:
             raise ValueError("this view shows a given run: there is no LM to generate with")
+        if isinstance(prompt, str) and not prompt.strip() and not self.chat:
+            self.show_error(ValueError("prompt is empty: type some text to continue"))
+            return
+        self.status.value = message("generating…")
         try:
             res = self.lm.generate(prompt, chat=self.chat, seed=self.seed, **self.config)
         except Exception as exc:  # shown in the view; the last result stays
-            self.error = f"{type(exc).__name__}: {exc}"
-            self.status.value = message(self.error, "error")
+            self.show_error(exc)
             return
         self._show(res)
 
@@ -128,8 +148,7 @@ class LensView(widgets.VBox):
         try:
             lens = logit_lens(source, top_k=self.top_k)
         except Exception as exc:
-            self.error = f"{type(exc).__name__}: {exc}"
-            self.status.value = message(self.error, "error")
+            self.show_error(exc)
             return
         self.source, self.lens, self.error = source, lens, None
         n = len(lens.steps)
@@ -161,13 +180,25 @@ class LensView(widgets.VBox):
         name = self.lm.name if self.lm is not None else None
         return f"LensView(lm={name!r}, steps={steps})"
 
+    def static_html(self) -> str:
+        """The view's last state as plain HTML (what a notebook shows without a kernel)."""
+        step = self.step_slider.value
+        return (
+            f'<div class="genlab-static"><b>genlab logit lens</b>{self.status.value}'
+            f"{self.text_view.value}<div><b>Logit lens</b> (step {step})</div>"
+            f"{png_html(self.lens_png, 'logit lens')}{self.lens_table.value}"
+            f"<div><b>Attention</b> (step {step})</div>"
+            f"{png_html(self.attention_png, 'attention')}{self.attention_table.value}</div>"
+        )
+
     def _on_controls(self) -> None:
         if not self._quiet and self.lens is not None:
             self._update_step()
 
     def _update_step(self) -> None:
         step = self.step_slider.value
-        self.lens_image.value = _png(lens_heatmap(self.lens, highlight=self.lens.steps[step]))
+        self.lens_png = _png(lens_heatmap(self.lens, highlight=self.lens.steps[step]))
+        _image(self.lens_png, self.lens_image)
         table = self.lens.table(top_k=3)
         rows = table[table.step == self.lens.steps[step]].sort_values("layer", ascending=False)
         self.lens_table.value = (
@@ -177,7 +208,7 @@ class LensView(widgets.VBox):
         try:
             att = attention(self.source, step=step)
         except Exception as exc:  # e.g. a model that cannot return attention weights
-            self.attention, self.error = None, f"{type(exc).__name__}: {exc}"
+            self.attention, self.error = None, error_text(exc)
             self.attention_table.value = message(self.error, "error")
             return
         self.attention = att
@@ -193,7 +224,8 @@ class LensView(widgets.VBox):
         else:
             layer, head = self.layer_slider.value, self.head_slider.value
         fig = attention_heatmap(att, layer=layer, head=head)
-        self.attention_image.value = _png(fig)
+        self.attention_png = _png(fig)
+        _image(self.attention_png, self.attention_image)
         summary = att.summary()
         summary = summary[summary.max_position != 0]  # the attention sink aside
         summary = summary.sort_values("max_weight", ascending=False).head(12)
@@ -203,7 +235,7 @@ class LensView(widgets.VBox):
         )
 
 
-class SweepView(widgets.VBox):
+class SweepView(Panel):
     """A sampling sweep over a grid typed as comma-separated values per setting (see the
     module docstring).
 
@@ -232,38 +264,63 @@ class SweepView(widgets.VBox):
             key: widgets.Text(value=", ".join(str(v) for v in values), description=key, style=_WIDE)
             for key, values in grid.items()
         }
-        self.n_box = widgets.BoundedIntText(value=n, min=1, max=256, description="n")
-        self.seed_box = widgets.IntText(value=seed, description="seed")
-        self.length_box = widgets.BoundedIntText(value=max_new_tokens, min=1, max=512,
-                                                 description="new tokens")  # fmt: skip
-        self.go = widgets.Button(description="Run sweep", button_style="primary")
+        small = widgets.Layout(width="180px")
+        self.n_box = widgets.Text(value=str(n), description="n", layout=small)
+        self.seed_box = widgets.Text(value=str(seed), description="seed", layout=small)
+        self.length_box = widgets.Text(value=str(max_new_tokens), description="new tokens",
+                                       style=_WIDE, layout=small)  # fmt: skip
+        self.go = button("Run sweep", button_style="primary")
         self.go.on_click(lambda _: self.run_sweep())
+        self.stop_button = button("Stop", button_style="warning", disabled=True)
+        self.stop_button.on_click(lambda _: self.stop())
+        self._stop = False
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="settings")
         self.status = widgets.HTML()
-        self.plot_image = widgets.Image(format="png")
+        self.plot_image = figure_image()
+        self.plot_png = b""
         self.metrics_view = widgets.HTML()
         self.setting_pick = widgets.Dropdown(description="setting", options=[])
         self.setting_pick.observe(lambda _: self._show_samples(), names="value")
         self.samples_view = widgets.HTML()
         tabs = widgets.Tab(children=[
-            widgets.VBox([self.plot_image, self.metrics_view]),
+            widgets.VBox([scroll_box(self.plot_image), self.metrics_view]),
             widgets.VBox([self.setting_pick, self.samples_view]),
         ])  # fmt: skip
         tabs.set_title(0, "Metrics")
         tabs.set_title(1, "Samples")
         controls = widgets.VBox([
             self.prompt_box,
-            widgets.HBox(list(self.grid_boxes.values())),
-            widgets.HBox([self.n_box, self.seed_box, self.length_box]),
-            widgets.HBox([self.go, self.progress]),
+            widgets.HBox(list(self.grid_boxes.values()),
+                         layout=widgets.Layout(flex_flow="row wrap")),
+            widgets.HBox([self.n_box, self.seed_box, self.length_box],
+                         layout=widgets.Layout(flex_flow="row wrap")),
+            widgets.HBox([self.go, self.stop_button, self.progress]),
         ])  # fmt: skip
-        super().__init__([controls, self.status, tabs])
+        super().__init__([widgets.HTML(FOCUS_CSS), controls, self.status, tabs])
         self.add_class("genlab-sweep-view")
+        self.add_class("genlab-panel")
         if run:
             self.run_sweep()
 
     def __repr__(self) -> str:
         return f"SweepView(lm={self.lm.name!r}, grid={list(self.grid_boxes)})"
+
+    def static_html(self) -> str:
+        """The view's last state as plain HTML (what a notebook shows without a kernel)."""
+        grid = "; ".join(
+            f"{html.escape(k)}: {html.escape(b.value)}" for k, b in self.grid_boxes.items()
+        )
+        return (
+            f'<div class="genlab-static"><b>genlab sampling sweep</b>'
+            f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))} &middot; {grid}"
+            f" &middot; n {html.escape(self.n_box.value)}</div>{self.status.value}"
+            f"{png_html(self.plot_png, 'sweep metrics')}{self.metrics_view.value}</div>"
+        )
+
+    def stop(self) -> None:
+        """Stop a running sweep after the setting it is sampling (the view keeps the
+        last finished sweep)."""
+        self._stop = True
 
     def parsed_grid(self) -> dict[str, list]:
         """The grid typed in the boxes: numbers where they parse, else text."""
@@ -279,34 +336,51 @@ class SweepView(widgets.VBox):
         """Run the sweep with the values in the controls and show it."""
         from ..sweeps import sweep
 
+        def progress(done, _):
+            self.progress.value = done
+            if self._stop:
+                raise _Stopped
+
         try:
             grid = self.parsed_grid()
+            n = parse_int(self.n_box.value, "n", 1, 256)
+            seed = parse_int(self.seed_box.value, "seed", 0, 2**63 - 1)
+            length = parse_int(self.length_box.value, "new tokens", 1, 512)
             total = 1
             for values in grid.values():
                 total *= len(values)
             self.progress.max, self.progress.value = total, 0
-            self.status.value = message(f"sampling {total} settings x {self.n_box.value}...")
+            self.status.value = message(f"sampling {total} settings x {n}…")
             prompt = self.prompt_box.value
             if prompt == str(self._given_prompt):
                 prompt = self._given_prompt
+            self._stop = False
+            self.stop_button.disabled = False
             result = sweep(
-                self.lm, prompt, grid, n=self.n_box.value, seed=self.seed_box.value,
-                max_new_tokens=self.length_box.value, chat=self.chat,
-                progress=lambda done, _: setattr(self.progress, "value", done), **self.config,
+                self.lm, prompt, grid, n=n, seed=seed, max_new_tokens=length, chat=self.chat,
+                progress=progress, **self.config,
             )  # fmt: skip
-        except Exception as exc:  # shown in the view; the last result stays
-            self.error = f"{type(exc).__name__}: {exc}"
-            self.status.value = message(self.error, "error")
+        except _Stopped:
+            self.status.value = message(
+                f"stopped after {self.progress.value} of {self.progress.max} settings; "
+                "the last finished sweep is still shown", "warn"
+            )  # fmt: skip
             return
+        except Exception as exc:  # shown in the view; the last result stays
+            self.show_error(exc)
+            return
+        finally:
+            self.stop_button.disabled = True
         self.result, self.error = result, None
         self.status.value = message(
             f"{len(result.metrics)} settings x {result.n} samples in {result.seconds:.1f} s", "ok"
         )
-        self.plot_image.value = _png(sweep_metrics(result))
+        self.plot_png = _png(sweep_metrics(result))
+        _image(self.plot_png, self.plot_image)
         self.metrics_view.value = frame_html(result.metrics)
         keys = list(result.grid)
         labels = [
-            ", ".join(f"{k}={v}" for k, v in zip(keys, row))
+            ", ".join(f"{k}={v}" for k, v in zip(keys, row, strict=True))
             for row in itertools.product(*result.grid.values())
         ]
         self.setting_pick.options = labels
@@ -328,6 +402,10 @@ class SweepView(widgets.VBox):
         self.samples_view.value = frame_html(shown).replace(
             "<table", f'<table title="{html.escape(self.setting_pick.value)}"', 1
         )
+
+
+class _Stopped(Exception):
+    """Raised from the sweep's progress callback when Stop was pressed."""
 
 
 def _number(text: str):
