@@ -72,7 +72,8 @@ def _is_int(value: Any) -> bool:
 
 
 def prompt_ids(ids: Any, name: str = "input_ids") -> Any:
-    """Token ids checked and converted: a tensor or (nested) list of ints -> an int64 tensor.
+    """Token ids checked and converted: a tensor, numpy array or (nested) list of ints -> an
+    int64 tensor.
 
     None and non-id values (text) are returned unchanged. Raises ValueError for ids that
     are not integers (float, bool, int8 tensors or list items), rows of different lengths,
@@ -80,6 +81,14 @@ def prompt_ids(ids: Any, name: str = "input_ids") -> Any:
     """
     if ids is None:
         return None
+    if type(ids).__module__ == "numpy" and hasattr(ids, "dtype"):  # tok(..., return_tensors="np")
+        if str(ids.dtype) not in ("int64", "int32", "int16", "uint8"):
+            raise ValueError(
+                f"{name} must hold integer token ids (int64, int32, int16 or uint8); got a "
+                f"numpy array of {ids.dtype}: "
+                "convert it with .astype('int64') (and check that the values are ids)"
+            )
+        ids = torch.from_numpy(ids.astype("int64", copy=True))
     if isinstance(ids, torch.Tensor):
         if ids.dtype not in ID_DTYPES:
             raise ValueError(

@@ -265,6 +265,7 @@ class LM:
         return self.result(run)
 
     def _new_run(self, prompt, chat, system, trace, seed, keep_history, config) -> Run:
+        prompt = _prompt_from_keywords(prompt, config)
         ids, mask = (
             (None, None) if prompt is None else self.encode(prompt, chat=chat, system=system)
         )
@@ -340,15 +341,58 @@ def score(model, text, **kwargs):
     return lm.score(text, **kwargs)
 
 
+def _prompt_from_keywords(prompt, config: dict):
+    """The prompt with ``input_ids=`` / ``attention_mask=`` taken out of ``config``, as a
+    transformers user passes them (``lm.generate(**tokenizer(text, return_tensors="pt"))``).
+    A prompt given twice, or a mask without token ids, is a ValueError."""
+    ids = config.pop("input_ids", None)
+    mask = config.pop("attention_mask", None)
+    if ids is None and mask is None:
+        return prompt
+    if ids is not None:
+        if prompt is not None:
+            raise ValueError(
+                "the prompt was given twice (as the first argument and as input_ids=): "
+                "pass only one of them"
+            )
+        return {"input_ids": ids} if mask is None else {"input_ids": ids, "attention_mask": mask}
+    if prompt is None:
+        raise ValueError(
+            "attention_mask= was given without a prompt: pass input_ids= (or the prompt) too"
+        )
+    if isinstance(prompt, Mapping):
+        ids, mask = prompt_from_mapping(prompt, mask)  # a mask given twice is refused
+        return {"input_ids": ids, "attention_mask": mask}
+    if isinstance(prompt, str) or (
+        isinstance(prompt, (list, tuple)) and prompt and not _is_id_list(prompt)
+    ):
+        raise ValueError(
+            "attention_mask= goes with token ids; a text or chat prompt gets its mask from the "
+            "tokenizer: drop attention_mask=, or pass input_ids= with it"
+        )
+    return {"input_ids": prompt, "attention_mask": mask}
+
+
+def _is_id_list(prompt) -> bool:
+    """Whether a list prompt holds token ids (ints, or rows of ints / tensors)."""
+    first = prompt[0]
+    if isinstance(first, (list, tuple)):
+        first = first[0] if first else 0
+    return isinstance(first, (int, torch.Tensor)) and not isinstance(first, bool)
+
+
 def _tokenize(tok, texts: list[str], **kwargs) -> dict:
-    """``tok(texts, padding=True, return_tensors="pt")``; a tokenizer without a pad token
-    (GPT-2 and most causal LMs) pads with its EOS token, on its padding side, as the
-    reference pads generation with EOS when no pad token is set (with its warning)."""
+    """``tok(texts, padding=True, return_tensors="pt")``, also for a tokenizer without a pad
+    token (GPT-2 and most causal LMs): it pads a batch with its EOS token, on its padding
+    side, masked out (the reference's tokenizer refuses such a batch; its generate then pads
+    with EOS too, with its warning)."""
     if getattr(tok, "pad_token", "") is not None:
         return tok(texts, padding=True, return_tensors="pt", **kwargs)
-    rows = [tok(t, **kwargs)["input_ids"] for t in texts]
-    rows = [r.tolist() if isinstance(r, torch.Tensor) else list(r) for r in rows]
+    # lists whatever the tokenizer's defaults (genlab's returns tensors, transformers' lists)
+    enc = tok(texts, padding=False, return_tensors=None, **kwargs)
+    rows = [list(map(int, r)) for r in enc["input_ids"]]
     width = max(map(len, rows))
+    pad = 0
     if any(len(r) < width for r in rows):
         pad = getattr(tok, "eos_token_id", None)
         if pad is None:
@@ -357,9 +401,13 @@ def _tokenize(tok, texts: list[str], **kwargs) -> dict:
                 "different lengths cannot be batched: set tokenizer.pad_token, or pass one "
                 "prompt at a time"
             )
-        logger.warning("Setting `pad_token_id` to `eos_token_id`:%s for open-end generation.", pad)
-    else:
-        pad = 0
+        logger.warning(
+            "The tokenizer has no pad token: the prompts are padded on the %s with its EOS "
+            "token %r (id %s), masked out by the attention mask.",
+            getattr(tok, "padding_side", "left"),
+            getattr(tok, "eos_token", None),
+            pad,
+        )
     left = getattr(tok, "padding_side", "left") == "left"
     ids, mask = [], []
     for row in rows:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import warnings
 
 import torch
@@ -20,6 +21,8 @@ from .ids import as_ids, check_ids, eos_list
 from .inputs import check_generated_length, prompt_ids
 from .state import Given, Plan
 from .strategies import strategy_for
+
+logger = logging.getLogger(__name__)
 
 #: config values compared without a copy
 _IMMUTABLE = (int, float, str, type(None))
@@ -104,6 +107,8 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, token
                 "for reliable results",
                 stacklevel=5,
             )
+        # the reference's notice, at each generate() on a model without a pad token
+        logger.warning("Setting `pad_token_id` to `eos_token_id`:%s for open-end generation.", pad)
     pad = None if pad is None else int(pad)
     mask = as_ids(attention_mask, "attention_mask")
     if mask is None:
@@ -112,6 +117,16 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, token
         raise ValueError(
             f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(ids.shape)}"
         )
+    if encdec is None and ids.shape[0] > 1:  # the reference's check, and the mask's word
+        last = mask[:, -1] == 0
+        if pad is not None:
+            last |= ids[:, -1] == pad
+        if bool(last.any()):
+            logger.warning(
+                "A decoder-only architecture is being used, but right-padding was detected! "
+                "For correct generation results, please set `padding_side='left'` when "
+                "initializing the tokenizer."
+            )
     if config.token_healing:  # re-tokenized prompts; the mask stays the original's
         from .healing import heal_tokens
 

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +124,8 @@ def build_decoder(
     family = FAMILIES[MODEL_TYPES[model_type]]
     full_config = {**family.defaults[model_type], **config}
     settings = read_settings(config)
+    # sizes against the tensors first: a config saying 10^9 layers fails here, at once
+    check_sizes(config, {k: tuple(v.shape) for k, v in state_dict.items()}, settings)
     tensors = select_tensors(state_dict, family.expected_shapes(settings), family.prefix)
     if consume:
         state_dict.clear()  # from here on ``tensors`` holds the only references
@@ -196,6 +199,98 @@ def read_settings(config: dict):
         raise ValueError(
             f"config.json fields could not be read ({type(err).__name__}: {err})"
         ) from None
+
+
+#: tensor names of one decoder layer, per family: the layer index is group 1
+LAYER_NAMES: dict[str, re.Pattern] = {
+    "llama": re.compile(r"^(?:model\.)?layers\.(\d+)\."),
+    "gpt2": re.compile(r"^(?:transformer\.)?h\.(\d+)\."),
+}
+#: config.json names of a field, the canonical first (GPT-2 configs may use either)
+FIELD_NAMES: dict[str, tuple[str, ...]] = {
+    "n_layer": ("n_layer", "num_hidden_layers"),
+    "n_embd": ("n_embd", "hidden_size"),
+    "n_positions": ("n_positions", "max_position_embeddings"),
+}
+
+
+def _field(config: dict, name: str) -> str:
+    """The name under which ``config`` gives the field ``name`` (an alias if it uses one)."""
+    names = FIELD_NAMES.get(name, (name,))
+    return next((n for n in names if n in config), names[0])
+
+
+def _size_rows(kind: str, s: Any) -> list[tuple[str, int, str, int]]:
+    """(field, size the config gives, tensor, dimension) for the sizes a checkpoint shows."""
+    if kind == "llama":
+        return [
+            ("vocab_size", s.vocab_size, "model.embed_tokens.weight", 0),
+            ("hidden_size", s.hidden_size, "model.embed_tokens.weight", 1),
+            ("intermediate_size", s.intermediate_size, "model.layers.0.mlp.gate_proj.weight", 0),
+        ]
+    return [
+        ("vocab_size", s.vocab_size, "transformer.wte.weight", 0),
+        ("n_embd", s.hidden_size, "transformer.wte.weight", 1),
+        ("n_positions", s.max_positions, "transformer.wpe.weight", 0),
+        ("n_inner", s.intermediate_size, "transformer.h.0.mlp.c_fc.weight", 1),
+    ]
+
+
+def check_sizes(config: dict, shapes: dict[str, tuple[int, ...]], settings: Any = None) -> None:
+    """ValueError naming the config.json field whose size the checkpoint contradicts.
+
+    ``shapes``: tensor name -> shape, as stored (from the safetensors headers, before any
+    weight is read). The number of layers is compared with the layer indices in the tensor
+    names, and vocabulary, hidden, MLP and attention sizes with the shapes of the embedding
+    and the first layer. The work is proportional to the number of tensors, never to the
+    sizes in the config, so a config saying ``num_hidden_layers: 1000000000`` fails at
+    once. Tensors that are missing are left to :func:`select_tensors` to report; a config
+    with fewer layers than the checkpoint passes (the extra layers are ignored).
+    """
+    kind = MODEL_TYPES.get(config.get("model_type"))
+    if kind is None:
+        return  # no built-in decoder: build_decoder says so
+    family = FAMILIES[kind]
+    s = settings if settings is not None else read_settings(config)
+    indices = {int(m.group(1)) for m in map(LAYER_NAMES[kind].match, shapes) if m}
+    if s.num_layers > len(indices):
+        field = _field(config, "num_hidden_layers" if kind == "llama" else "n_layer")
+        held = f"{len(indices)} layer(s)" if indices else "no layer tensors"
+        raise ValueError(
+            f"config field {field}={s.num_layers} does not match the weights, which hold "
+            f"{held} ({family.prefix}{'layers' if kind == 'llama' else 'h'}.N.*): set "
+            f"{field} to the number of layers saved, or use the weights saved with this config"
+        )
+
+    def shape(name: str) -> tuple[int, ...] | None:
+        found = shapes.get(name)
+        if found is None and name.startswith(family.prefix):
+            found = shapes.get(name[len(family.prefix) :])
+        return None if found is None else tuple(found)
+
+    def refuse(field: str, value: int, name: str, found: tuple[int, ...], dim: int, why=""):
+        raise ValueError(
+            f"config field {field}={value}{why} does not match the weights: {name} has shape "
+            f"{found}, so dimension {dim} says {found[dim]}. Fix {field} in config.json, or "
+            "use the weights saved with this config"
+        )
+
+    for name_, value, tensor, dim in _size_rows(kind, s):
+        found = shape(tensor)
+        if found is not None and len(found) > dim and found[dim] != value:
+            refuse(_field(config, name_), value, tensor, found, dim)
+    if kind == "llama":  # attention: heads x head_dim query rows, kv heads x head_dim key rows
+        d = s.head_dim
+        for heads, field, tensor in (
+            (s.num_heads, "num_attention_heads", "model.layers.0.self_attn.q_proj.weight"),
+            (s.num_kv_heads, "num_key_value_heads", "model.layers.0.self_attn.k_proj.weight"),
+        ):
+            found = shape(tensor)
+            if found is None or not found or found[0] == heads * d:
+                continue
+            if "head_dim" not in config or d == 0 or found[0] % d == 0:
+                refuse(field, heads, tensor, found, 0, f" (x head_dim {d} = {heads * d} rows)")
+            refuse("head_dim", d, tensor, found, 0, f" (x {field} {heads} = {heads * d} rows)")
 
 
 def select_tensors(

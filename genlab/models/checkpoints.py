@@ -13,10 +13,10 @@ Hub repos are fetched with ``huggingface_hub.snapshot_download`` into the normal
 (only the files above), which honours ``HF_HUB_OFFLINE`` (then only the cache is read),
 ``HF_HUB_CACHE`` and the usual token settings.
 
-Example::
+Example (not run as a test: the first line needs the Hugging Face Hub, the second a folder)::
 
-    >>> model, tokenizer = load_checkpoint("HuggingFaceTB/SmolLM2-135M-Instruct")
-    >>> model, tokenizer = load_checkpoint("/path/to/saved/folder")
+    >>> model, tokenizer = load_checkpoint("HuggingFaceTB/SmolLM2-135M-Instruct")  # doctest: +SKIP
+    >>> model, tokenizer = load_checkpoint("/path/to/saved/folder")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -187,6 +187,37 @@ def check_finite(tensors: dict[str, torch.Tensor], path: str | os.PathLike) -> N
         )
 
 
+def read_tensor_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor's name and shape from the safetensors headers; no weight is read."""
+    from safetensors import SafetensorError, safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in weight_files(folder):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():
+                    shapes[name] = tuple(f.get_slice(name).get_shape())
+        except (SafetensorError, OSError, RuntimeError, ValueError) as err:
+            raise ValueError(
+                f"weights file {str(path)!r} is corrupt or truncated ({err}); delete it and "
+                "download or save the model again."
+            ) from err
+    return shapes
+
+
+def check_weight_sizes(config: dict, folder: Path) -> None:
+    """config.json's sizes (layers, heads, hidden, MLP, vocabulary) against the tensor
+    shapes in the weight files' headers, before any weight is read or any model built; a
+    size the weights contradict is a ValueError naming the file and the field."""
+    from genlab.models.architectures import check_sizes
+
+    shapes = read_tensor_shapes(folder)
+    try:
+        check_sizes(config, shapes)
+    except ValueError as err:
+        raise ValueError(f"{str(folder / CONFIG_FILE)!r}: {err}") from None
+
+
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint (all shards merged), with the stored dtypes."""
     state_dict: dict[str, torch.Tensor] = {}
@@ -254,13 +285,17 @@ def check_vocab_fits(tokenizer: Tokenizer | None, config: dict, folder: Path) ->
 
 
 def read_checkpoint(folder: str | os.PathLike) -> Checkpoint:
-    """Read config, weights, tokenizer and generation defaults from a local folder."""
+    """Read config, weights, tokenizer and generation defaults from a local folder.
+
+    config.json's sizes are checked against the weight files' headers first
+    (:func:`check_weight_sizes`), so an absurd size fails before any weight is read."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"model folder {str(folder)!r} does not exist or is not a folder")
     config = read_config(folder)
     tokenizer = read_tokenizer(folder)
     check_vocab_fits(tokenizer, config, folder)
+    check_weight_sizes(config, folder)  # from the headers: before any weight is read
     state_dict = read_state_dict(folder)
     generation_defaults = read_generation_defaults(folder, config)
     return Checkpoint(folder, config, state_dict, tokenizer, generation_defaults)
@@ -371,12 +406,15 @@ def resolve_folder(source: str | os.PathLike, *, revision: str | None = None) ->
     return download_from_hub(str(source), revision=revision)
 
 
-def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None):
+def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None, dtype=None):
     """(model, tokenizer) from a transformers-style folder or Hub repo id, on a built-in decoder.
+
+    dtype: the weights' dtype (None: float32).
 
     tokenizer is None when the checkpoint has no tokenizer.json. Raises ValueError for a
     missing config.json, missing or corrupt weights, an architecture with no built-in
-    decoder, or a tokenizer larger than the model's vocabulary.
+    decoder, sizes in config.json that the weights contradict (checked on the files'
+    headers, before any weight is read), or a tokenizer larger than the model's vocabulary.
     """
     from genlab.models.architectures import build_decoder
 
@@ -384,13 +422,14 @@ def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None):
     config = read_config(folder)
     check_model_type(config, folder)  # before reading any weights
     check_config_fields(config, folder / CONFIG_FILE)
-    checkpoint = read_checkpoint(folder)
+    checkpoint = read_checkpoint(folder)  # sizes checked on the headers before weights are read
     model = build_decoder(
         checkpoint.config,
         checkpoint.state_dict,
         name=checkpoint_name(source, folder),
         generation_defaults=checkpoint.generation_defaults,
         consume=True,  # the checkpoint's own dict: free each tensor once it is packed
+        dtype=dtype or torch.float32,
     )
     return model, checkpoint.tokenizer
 

@@ -21,7 +21,7 @@ Example::
     >>> model, tokenizer = load_demo()
     >>> tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}],
     ...                               add_generation_prompt=True, return_tensors="pt").shape
-    torch.Size([1, 21])
+    torch.Size([1, 31])
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ tied to ``wte`` unless the config says otherwise. transformers stores GPT-2's pr
 ``Conv1D`` weights of shape (in, out); they are transposed once at load into the (out, in)
 layout that ``F.linear`` uses. Input checks and masks are shared with ``llama.py``.
 
-Example::
+Example (not run as a test: it needs a GPT-2 checkpoint's config and weights)::
 
     >>> from genlab.models.architectures import build_decoder
-    >>> lm = build_decoder(gpt2_config_dict, gpt2_state_dict)
-    >>> out = lm.forward(ids, attention_mask=torch.ones_like(ids),
+    >>> lm = build_decoder(gpt2_config_dict, gpt2_state_dict)  # doctest: +SKIP
+    >>> out = lm.forward(ids, attention_mask=torch.ones_like(ids),  # doctest: +SKIP
     ...                  position_ids=torch.arange(ids.shape[1])[None], cache=lm.new_cache(1))
-    >>> out.logits.shape                                      # (1, 1, 50257)
+    >>> out.logits.shape                                      # (1, 1, 50257)  # doctest: +SKIP
 """
 
 from __future__ import annotations

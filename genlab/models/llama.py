@@ -25,14 +25,14 @@ The weights are plain tensors (no ``nn.Module``), laid out for a lean decoding s
 This module also holds the helpers ``gpt2.py`` reuses: input checks, attention masks and the
 column-split matrix products.
 
-Example::
+Example (not run as a test: it needs a checkpoint's config and weights)::
 
     >>> from genlab.models.architectures import build_decoder
-    >>> lm = build_decoder(config_dict, state_dict)          # transformers-style names
-    >>> cache = lm.new_cache(batch_size=1)
-    >>> out = lm.forward(ids, attention_mask=torch.ones_like(ids),
+    >>> lm = build_decoder(config_dict, state_dict)  # transformers-style names  # doctest: +SKIP
+    >>> cache = lm.new_cache(batch_size=1)                    # doctest: +SKIP
+    >>> out = lm.forward(ids, attention_mask=torch.ones_like(ids),  # doctest: +SKIP
     ...                  position_ids=torch.arange(ids.shape[1])[None], cache=cache)
-    >>> out.logits.shape                                      # (1, 1, vocab)
+    >>> out.logits.shape                                      # (1, 1, vocab)  # doctest: +SKIP
 """
 
 from __future__ import annotations

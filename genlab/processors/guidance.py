@@ -8,6 +8,7 @@ unbatched form runs its own unconditional pass through a genlab-protocol model
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -68,15 +69,28 @@ def _call_like_reference(model: Any, feed, mask, use_cache: bool, past) -> tuple
     out = model(feed, attention_mask=mask, use_cache=use_cache, past_key_values=past)
     if isinstance(out, torch.Tensor):
         return out, None
-    logits = out["logits"] if isinstance(out, dict) else getattr(out, "logits", None)
+    # the reference reads the attribute (a dict subclass may carry .logits without the key);
+    # a plain mapping's "logits" key is taken too
+    logits = getattr(out, "logits", None)
+    if logits is None and isinstance(out, Mapping):
+        logits = out.get("logits")
     if not isinstance(logits, torch.Tensor):
         raise ValueError(
             f"the classifier-free guidance model returned {type(out).__name__} without "
             "logits: return an object with .logits (batch, length, vocab), as transformers "
             "models do"
         )
+    if logits.dim() != 3:
+        raise ValueError(
+            f"the classifier-free guidance model returned logits of shape "
+            f"{tuple(logits.shape)}: they must be (batch, length, vocab)"
+        )
+    # the cache as the reference takes it: the mapping's key (``out.get``), else the attribute
     getter = getattr(out, "get", None)
-    past = getter("past_key_values", None) if callable(getter) else None
+    if callable(getter):
+        past = getter("past_key_values", None)
+    else:
+        past = getattr(out, "past_key_values", None)
     return logits, past
 
 

@@ -5,7 +5,7 @@ Pure functions (no ipywidgets here), so they are easy to test and reuse:
 >>> token_spans(["Hel", "lo"], [0.9, 0.2])[:5]
 '<span'
 >>> prob_colour(1.0)
-'#1a9850'
+'#006837'
 """
 
 from __future__ import annotations
