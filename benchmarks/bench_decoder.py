@@ -320,13 +320,13 @@ def time_both(lm, hf, ids, new_tokens: int, repeats: int) -> dict:
         hf_one.append(greedy_hf(hf, ids, 1, False)[1])
         hf_full.append(greedy_hf(hf, ids, new_tokens, False)[1])
     # generate(): prefill ~ generate(1 token); decoding = the rest, per token
-    hf_decode = [(f - o) / (new_tokens - 1) for f, o in zip(hf_full, hf_one)]
-    gen_decode = [(f - o) / (new_tokens - 1) for f, o in zip(gen_full, gen_one)]
+    hf_decode = [(f - o) / (new_tokens - 1) for f, o in zip(hf_full, hf_one, strict=True)]
+    gen_decode = [(f - o) / (new_tokens - 1) for f, o in zip(gen_full, gen_one, strict=True)]
     per_token = weight_bytes_per_token(lm)
 
     def summary(prefill, decode, total, ms_prefill_scale=1.0):
         # fraction of the bound: bytes per token / decode time, over that repeat's bandwidth
-        fractions = [per_token / t / 1e9 / bw for t, bw in zip(decode, bandwidth)]
+        fractions = [per_token / t / 1e9 / bw for t, bw in zip(decode, bandwidth, strict=True)]
         return {
             "ms_per_prompt_token": 1e3 * min(prefill) * ms_prefill_scale,
             "ms_per_new_token_best": 1e3 * min(decode),

@@ -240,7 +240,9 @@ class Lens:
         chosen token's probability and rank at that layer."""
         k = min(top_k, self.top_ids.shape[-1])
         rows = []
-        for j, (pos, step, target) in enumerate(zip(self.positions, self.steps, self.targets)):
+        for j, (pos, step, target) in enumerate(
+            zip(self.positions, self.steps, self.targets, strict=True)
+        ):
             for layer in range(self.num_layers + 1):
                 row = {"step": step, "position": pos, "layer": layer}
                 for i in range(k):
@@ -258,7 +260,7 @@ class Lens:
         there on), and the first layer where it gets at least ``threshold`` probability."""
         rows = []
         top1 = self.top_ids[:, :, 0]
-        for j, (step, target) in enumerate(zip(self.steps, self.targets)):
+        for j, (step, target) in enumerate(zip(self.steps, self.targets, strict=True)):
             if target is None:
                 continue
             hit = (top1[:, j] == target).tolist()

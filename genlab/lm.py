@@ -89,7 +89,7 @@ class GenerationResult:
         tok = self.run.tokenizer
         rows = []
         eos = set(self.run.eos_token_ids)
-        for i, (tid, lp) in enumerate(zip(ids, vals)):
+        for i, (tid, lp) in enumerate(zip(ids, vals, strict=True)):
             if beam_indices is not None and int(beam_indices[row, i]) < 0:
                 break
             if i and ids[i - 1] in eos:
@@ -188,7 +188,8 @@ class LM:
         if chat:
             msgs = [[{"role": "system", "content": system}] if system else [] for _ in texts]
             texts = [
-                self._chat_text(m + [{"role": "user", "content": t}]) for m, t in zip(msgs, texts)
+                self._chat_text(m + [{"role": "user", "content": t}])
+                for m, t in zip(msgs, texts, strict=True)
             ]
             enc = _tokenize(tok, texts, add_special_tokens=False)
         else:

@@ -79,12 +79,12 @@ def _encode_texts(lm, text, context, chat, system) -> tuple[list[list[int]], lis
             raise ValueError(f"text: ids must be 1-D or 2-D, got shape {tuple(text.shape)}")
         seqs = [r.tolist() for r in rows]
         ctx = _context_ids(lm, context, chat, system, len(seqs))
-        return [c + s for c, s in zip(ctx, seqs)], [max(1, len(c)) for c in ctx]
+        return [c + s for c, s in zip(ctx, seqs, strict=True)], [max(1, len(c)) for c in ctx]
     if isinstance(text, list) and text and all(isinstance(t, int) for t in text):
         return _encode_texts(lm, torch.tensor(text), context, chat, system)
     if isinstance(text, list) and text and all(_is_id_list(t) for t in text):
         ctx = _context_ids(lm, context, chat, system, len(text))  # a ragged batch of ids
-        seqs = [c + [int(x) for x in t] for c, t in zip(ctx, text)]
+        seqs = [c + [int(x) for x in t] for c, t in zip(ctx, text, strict=True)]
         return seqs, [max(1, len(c)) for c in ctx]
     tok = lm._need_tokenizer()
     if isinstance(text, list) and text and isinstance(text[0], dict):
@@ -98,7 +98,7 @@ def _encode_texts(lm, text, context, chat, system) -> tuple[list[list[int]], lis
         )
     ctx = _context_ids(lm, context, chat, system, len(text))
     out, starts = [], []
-    for c, t in zip(ctx, text):
+    for c, t in zip(ctx, text, strict=True):
         if isinstance(t, list):  # a conversation: the whole template, nothing appended
             if context is not None:
                 raise ValueError("context: a conversation carries its own context; leave it out")
@@ -183,7 +183,7 @@ def score(
     if not isinstance(alternatives, int) or alternatives < 0:
         raise ValueError(f"alternatives={alternatives!r} must be a non-negative integer")
     seqs, starts = _encode_texts(lm, text, context, chat, system)
-    for i, (s, st) in enumerate(zip(seqs, starts)):
+    for i, (s, st) in enumerate(zip(seqs, starts, strict=True)):
         if len(s) <= st:
             raise ValueError(
                 f"text: row {i} has {len(s)} token(s) after its context: nothing to score "
@@ -212,7 +212,7 @@ def score(
         for r, i in enumerate(chunk):
             st = starts[i] - offset
             results[i] = logits[r, st - 1 : len(seqs[i]) - 1 - offset].clone()
-    for i, (s, st) in enumerate(zip(seqs, starts)):
+    for i, (s, st) in enumerate(zip(seqs, starts, strict=True)):
         raw = torch.log_softmax(results[i], dim=-1)  # (scored, vocab): predicts s[st:]
         lp = raw
         if processors is not None:
@@ -240,7 +240,7 @@ def score(
             if k:
                 row["top"] = ", ".join(
                     f"{shown(tok, t)} {math.exp(v):.2f}"
-                    for t, v in zip(top_i[j].tolist(), top_v[j].tolist())
+                    for t, v in zip(top_i[j].tolist(), top_v[j].tolist(), strict=True)
                     if v > float("-inf")
                 )
             if processors is not None:
@@ -283,7 +283,7 @@ def _processors(lm, generation_config, config, seqs, starts) -> list:
             "score() must be fields of GenerationConfig"
         )
     out = []
-    for s, st in zip(seqs, starts):
+    for s, st in zip(seqs, starts, strict=True):
         one = _copy_config(cfg)
         if "max_length" not in config and "max_new_tokens" not in config:
             one.max_length = max(len(s), int(getattr(one, "max_length", 0) or 0))

@@ -142,7 +142,7 @@ def sweep(
     sample_rows: list[dict] = []
     metric_rows: list[dict] = []
     for done, values in enumerate(settings):
-        setting = dict(zip(keys, values))
+        setting = dict(zip(keys, values, strict=True))
         res = lm.generate(
             prompt_ids[None],
             seed=seed,
@@ -171,10 +171,10 @@ def sweep(
         lps = [float("nan")] * n
         if nonempty:
             sc = _score_samples(lm, prompt_ids, [generated[i] for i in nonempty])
-            for i, v in zip(nonempty, sc):
+            for i, v in zip(nonempty, sc, strict=True):
                 lps[i] = v
         tok = lm.tokenizer
-        for i, (toks, hit) in enumerate(zip(generated, ended)):
+        for i, (toks, hit) in enumerate(zip(generated, ended, strict=True)):
             text = tok.decode(toks, skip_special_tokens=True) if tok is not None else str(toks)
             sample_rows.append(
                 {

@@ -1,4 +1,8 @@
-"""Shared fixtures: tiny random transformers models (built from a config and a seed)."""
+"""Shared fixtures: the demo model (loaded once per session), a tiny random Llama, a padded
+batch; the markers (``reference``, ``slow``) and the ``--device`` option.
+
+Helpers that are not fixtures (tiny models, output comparisons) live in tests/helpers.py.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,11 @@ import re
 
 import pytest
 import torch
+from helpers import (  # noqa: F401 (re-exported: older modules import them from conftest)
+    Recorder,
+    assert_streams_like_reference,
+    tiny_llama,
+)
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -18,25 +27,13 @@ _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
 
 
-def tiny_llama(seed: int = 0, vocab: int = 96, **overrides):
-    from transformers import LlamaConfig, LlamaForCausalLM
+@pytest.fixture(scope="session")
+def demo():
+    """The embedded demo model, ``genlab.load("demo")``, loaded once for the whole session
+    (tests using it are marked ``slow``). Tests must not change it: fork a run instead."""
+    import genlab
 
-    cfg = dict(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    cfg.update(overrides)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
-    return model
+    return genlab.load("demo")
 
 
 @pytest.fixture(scope="session")
@@ -54,46 +51,19 @@ def padded_batch():
     return ids, mask
 
 
-class Recorder:
-    """A streamer that keeps every put() value (to compare what generate() sends)."""
-
-    def __init__(self):
-        self.puts, self.ends = [], 0
-
-    def put(self, value):
-        self.puts.append(torch.as_tensor(value).clone())
-
-    def end(self):
-        self.ends += 1
-
-
-def assert_streams_like_reference(model, prompt, **cfg) -> None:
-    """genlab.generate sends a streamer the same put() values, in the same order, and one
-    end(), as the reference's ``model.generate`` with the same arguments and seed."""
-    import genlab
-
-    got = []
-    for generate in (model.generate, lambda *a, **k: genlab.generate(model, *a, **k)):
-        rec = Recorder()
-        torch.manual_seed(0)
-        generate(prompt, streamer=rec, **cfg)
-        got.append(rec)
-    ref, ours = got
-    assert ours.ends == ref.ends == 1
-    assert [tuple(p.shape) for p in ours.puts] == [tuple(p.shape) for p in ref.puts]
-    assert all(torch.equal(a, b) for a, b in zip(ours.puts, ref.puts))
-
-
 # ---- options, markers, and the install under test -------------------------------------------
 
 # a module needs transformers when it imports it (anywhere), a helper that does, or the
 # tiny transformers models above; a test also when it uses a fixture built on them
 _REFERENCE_IMPORT = re.compile(
-    r"^\s*(from|import)\s+(transformers|record_\w+)\b|^\s*from conftest import .*\btiny_llama\b",
+    r"^\s*(from|import)\s+(transformers|record_\w+)\b"
+    r"|^\s*from (conftest|helpers) import .*\b(tiny_llama|tiny_gpt2)\b",
     re.M,
 )
 _REFERENCE_FIXTURES = {"hf_llama"}
 _REFERENCE_INSIDE = re.compile(r"importorskip\(\s*[\"']transformers")
+# a test is slow when it, or a fixture it uses, loads the demo model's weights or GGUF file
+_LOADS_DEMO = re.compile(r"find_demo_gguf\(\)|load(_model)?\(\s*[\"']demo[\"']")
 
 
 def _needs_transformers(path) -> bool:
@@ -147,9 +117,30 @@ def _imports_reference_inside(item) -> bool:
         return False
 
 
+def _source_matches(fn, pattern, cache: dict) -> bool:
+    if fn not in cache:
+        try:
+            cache[fn] = bool(pattern.search(inspect.getsource(fn)))
+        except (OSError, TypeError):
+            cache[fn] = False
+    return cache[fn]
+
+
+def _loads_demo(item, cache: dict) -> bool:
+    """True when the test function or any fixture it uses (at any depth) loads the demo."""
+    functions = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in getattr(info, "name2fixturedefs", {}).values():
+        functions.extend(d.func for d in defs)
+    return any(fn is not None and _source_matches(fn, _LOADS_DEMO, cache) for fn in functions)
+
+
 def pytest_collection_modifyitems(config, items):
     cache: dict = {}
+    sources: dict = {}
     for item in items:
+        if _loads_demo(item, sources):
+            item.add_marker(pytest.mark.slow)
         path = item.path
         if path not in cache:
             cache[path] = _needs_transformers(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import assert_same
 from transformers.generation import DisjunctiveConstraint as HFDisjunctive
 from transformers.generation import PhrasalConstraint as HFPhrasal
 
@@ -120,23 +121,6 @@ def _both(model, ids, mask, seed, ref_extra=None, our_extra=None, **cfg):
     torch.manual_seed(seed)
     ours = genlab.generate(model, ids, attention_mask=mask, **OUT, **cfg, **(our_extra or {}))
     return ref, ours
-
-
-def assert_same(ref, ours):
-    assert torch.equal(ref.sequences, ours.sequences), (ref.sequences, ours.sequences)
-    if ref.beam_indices is None:
-        assert ours.beam_indices is None
-    else:
-        assert ours.beam_indices.dtype == ref.beam_indices.dtype
-        assert torch.equal(ref.beam_indices, ours.beam_indices)
-    torch.testing.assert_close(ours.sequences_scores, ref.sequences_scores, atol=1e-4, rtol=0)
-    assert len(ref.scores) == len(ours.scores) and len(ref.logits) == len(ours.logits)
-    for a, b in zip(ref.scores, ours.scores):
-        assert torch.equal(torch.isinf(a), torch.isinf(b))
-        finite = torch.isfinite(a)
-        torch.testing.assert_close(b[finite], a[finite], atol=1e-4, rtol=0)
-    for a, b in zip(ref.logits, ours.logits):
-        torch.testing.assert_close(b, a, atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("name,cfg", BEAM_CASES, ids=[c[0] for c in BEAM_CASES])

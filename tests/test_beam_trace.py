@@ -61,7 +61,7 @@ def test_every_candidate_is_recorded_with_a_fate(beam_run):
 def test_scores_add_up_along_the_tree(beam_run):
     run, out, trace = beam_run
     tree = trace.beam_tree()
-    score_of = dict(zip(tree.node, tree.score))
+    score_of = dict(zip(tree.node, tree.score, strict=True))
     parent_score = tree.parent_node.map(lambda n: score_of.get(n, 0.0))
     np.testing.assert_allclose(tree.score, parent_score + tree.token_logprob, atol=1e-4, rtol=0)
     generated = tree.step + 1
@@ -221,7 +221,7 @@ def test_group_tree_has_no_candidates_of_a_done_group(group_done_run):
         assert later.empty, f"group {g} of input {b} is done after step {step}"
     # so every candidate after the first step extends a beam kept one step earlier
     kept = tree[tree.fate == "kept"]
-    key = dict(zip(kept.node, zip(kept.step, kept.batch)))
+    key = dict(zip(kept.node, zip(kept.step, kept.batch, strict=True), strict=True))
     for r in tree[tree.step > 0].itertuples():
         assert key.get(r.parent_node) == (r.step - 1, r.batch), r
     assert (tree[tree.step == 0].parent_node == -1).all()

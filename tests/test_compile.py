@@ -8,9 +8,8 @@ import warnings
 
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers import tiny_gpt2, tiny_llama
 from transformers import CompileConfig as ReferenceCompileConfig
-from transformers import GPT2Config, GPT2LMHeadModel
 
 import genlab
 from genlab.caches import StaticKVCache
@@ -51,13 +50,6 @@ def compile_config(backend, cls=CompileConfig, **fields):
     cc = cls(backend=backend, **fields)
     cc._compile_all_devices = True  # compile on the CPU too (the reference's flag)
     return cc
-
-
-def tiny_gpt2():
-    torch.manual_seed(3)
-    sizes = dict(vocab_size=96, n_positions=64, n_embd=48, n_layer=2, n_head=4)
-    config = GPT2Config(**sizes, bos_token_id=1, eos_token_id=2)
-    return GPT2LMHeadModel(config).eval()
 
 
 @pytest.fixture(scope="module")

@@ -285,7 +285,7 @@ GRID_AXES = dict(
 def _grid():
     keys = list(GRID_AXES)
     combos = itertools.product(*GRID_AXES.values())
-    return [dict(zip(keys, c)) for c in combos]
+    return [dict(zip(keys, c, strict=True)) for c in combos]
 
 
 def _verdict(cls, kwargs):
@@ -344,7 +344,7 @@ MODE_AXES = dict(
 def test_generation_mode_matches_the_reference_on_a_grid():
     seen = set()
     for combo in itertools.product(*MODE_AXES.values(), [None, "assistant"]):
-        kwargs = dict(zip(MODE_AXES, combo[:-1]))
+        kwargs = dict(zip(MODE_AXES, combo[:-1], strict=True))
         if kwargs["num_beam_groups"] > 1:
             kwargs["diversity_penalty"] = 1.0
         assistant = combo[-1]

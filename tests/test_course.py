@@ -159,11 +159,6 @@ def test_08_does_not_claim_the_z_score_separates_unless_it_passes_4():
 # -- 04: what the diverse-beam tree marks `diversity` -----------------------------------
 
 
-@pytest.fixture(scope="module")
-def demo():
-    return genlab.load("demo")
-
-
 def test_diversity_marks_only_candidates_pushed_out_of_the_candidate_list(demo):
     res = demo.generate(
         "What is the capital of France?",
@@ -178,7 +173,7 @@ def test_diversity_marks_only_candidates_pushed_out_of_the_candidate_list(demo):
     g1 = tree[(tree.step == 0) & (tree.group == 1)]
     # by decoded text, so that the test holds whatever the table's display of tokens
     texts = g1.token_id.map(lambda i: token_text(demo.tokenizer, i).strip())
-    fates = dict(zip(texts, g1.fate))
+    fates = dict(zip(texts, g1.fate, strict=True))
     # group 1 would have kept "The" and "L" without the penalty (the two best tokens);
     # with it, "L" falls out of the 4 candidates (marked `diversity`) while "The" stays
     # a candidate and is ranked out (`pruned`): the lesson states exactly this

@@ -13,9 +13,8 @@ import dataclasses
 
 import pytest
 import torch
+from helpers import tiny_gpt2 as gpt2_model
 from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -81,13 +80,11 @@ def tiny_mistral(attn="sdpa", seed=2, sliding_window=3):
 
 
 def tiny_gpt2(attn="sdpa", seed=3, **overrides):
-    torch.manual_seed(seed)
-    fields = dict(
-        vocab_size=VOCAB, n_positions=64, n_embd=48, n_layer=2, n_head=4,
-        attn_implementation=attn,
+    """helpers.tiny_gpt2 with GPT-2's own special ids and random (non-zero) biases."""
+    model = gpt2_model(
+        seed, vocab=VOCAB, attn_implementation=attn, bos_token_id=50256, eos_token_id=50256,
+        **overrides,
     )  # fmt: skip
-    fields.update(overrides)
-    model = GPT2LMHeadModel(GPT2Config(**fields)).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias"):
@@ -291,9 +288,9 @@ def test_hidden_states_and_attentions_match_reference(make):
         n = hf_model.config.num_hidden_layers
         assert len(ours.hidden_states) == len(theirs.hidden_states) == n + 1
         assert len(ours.attentions) == len(theirs.attentions) == n
-        for a, b in zip(ours.hidden_states, theirs.hidden_states):
+        for a, b in zip(ours.hidden_states, theirs.hidden_states, strict=True):
             assert a.shape == b.shape and (a - b).abs().max().item() <= TOL
-        for a, b in zip(ours.attentions, theirs.attentions):
+        for a, b in zip(ours.attentions, theirs.attentions, strict=True):
             assert a.shape == b.shape and (a - b).abs().max().item() <= TOL
         assert (ours.logits - theirs.logits[:, -ours.logits.shape[1] :]).abs().max() <= TOL
 

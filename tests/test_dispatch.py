@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama
-from transformers import GPT2Config, GPT2LMHeadModel
+from helpers import tiny_gpt2, tiny_llama
 
 import genlab
 from genlab.models.architectures import build_decoder
@@ -73,7 +72,7 @@ def test_dispatched_model_generates_the_same(pair, cfg):
         )
     a, b = outs
     assert torch.equal(a.sequences, b.sequences)
-    for sa, sb in zip(a.scores, b.scores):
+    for sa, sb in zip(a.scores, b.scores, strict=True):
         torch.testing.assert_close(sa, sb, rtol=0, atol=1e-6)
 
 
@@ -116,21 +115,9 @@ def test_dispatched_model_steps_rewinds_forks_and_traces_the_same(pair):
 # ---- the built-in decoders on --device -----------------------------------------------------
 
 
-def _tiny_gpt2():
-    torch.manual_seed(3)
-    cfg = GPT2Config(
-        vocab_size=101,
-        n_positions=64,
-        n_embd=48,
-        n_layer=2,
-        n_head=4,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    return GPT2LMHeadModel(cfg).eval()
-
-
-@pytest.mark.parametrize("make", [lambda: tiny_llama(seed=5), _tiny_gpt2], ids=["llama", "gpt2"])
+@pytest.mark.parametrize(
+    "make", [lambda: tiny_llama(seed=5), lambda: tiny_gpt2(vocab=101)], ids=["llama", "gpt2"]
+)
 def test_builtin_decoder_matches_reference_on_device(device, make):
     """Logits of a prefill and greedy decoding: built-in decoder vs transformers, both on
     ``--device`` (run with --device cuda on a GPU machine)."""

@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from helpers import assert_same
 
 import genlab
 from genlab.encdec import decoder_start_ids, initial_decoder_ids, split_encoder_kwargs
@@ -181,21 +182,6 @@ def _generate_both(model, source, *, seed=None, **cfg):
     return ref, ours
 
 
-def assert_same(ref, ours):
-    assert type(ours).__name__ == type(ref).__name__
-    assert torch.equal(ref.sequences, ours.sequences), (ref.sequences, ours.sequences)
-    assert len(ref.scores) == len(ours.scores)
-    for a, b in zip(ref.scores, ours.scores):
-        assert torch.equal(torch.isinf(a), torch.isinf(b))
-        fin = torch.isfinite(a)
-        torch.testing.assert_close(a[fin], b[fin], atol=1e-4, rtol=0)
-    for a, b in zip(ref.logits or (), ours.logits or ()):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
-    if "beam_indices" in ref:
-        assert torch.equal(ref.beam_indices, ours.beam_indices)
-        torch.testing.assert_close(ref.sequences_scores, ours.sequences_scores, atol=1e-4, rtol=0)
-
-
 @pytest.mark.parametrize("model_name, strategy, cfg", PARITY)
 def test_parity_with_reference(models, model_name, strategy, cfg):
     cfg = dict(cfg)
@@ -204,7 +190,7 @@ def test_parity_with_reference(models, model_name, strategy, cfg):
         cfg["do_sample"] = True
     cfg.setdefault("max_new_tokens", 8)
     ref, ours = _generate_both(models[model_name], SOURCES[model_name], seed=seed, **OUT, **cfg)
-    assert_same(ref, ours)
+    assert_same(ref, ours, same_type=True)
     # the decoder prompt is the start token (or one per row), not the source
     start = cfg.get("decoder_start_token_id", models[model_name].config.decoder_start_token_id)
     rows = ours.sequences.shape[0] // 2
@@ -232,19 +218,19 @@ def test_every_output_field_matches(models, strategy):
     if strategy == "beam":
         cfg["num_beams"] = 3
     ref, ours = _generate_both(model, SOURCES["bart"], **cfg)
-    assert_same(ref, ours)
+    assert_same(ref, ours, same_type=True)
     assert set(ours.keys()) == set(ref.keys())
     # encoder fields: one tuple per layer (embeddings first for hidden states), not expanded
     for name in ("encoder_attentions", "encoder_hidden_states"):
         assert len(getattr(ours, name)) == len(getattr(ref, name))
-        for a, b in zip(getattr(ref, name), getattr(ours, name)):
+        for a, b in zip(getattr(ref, name), getattr(ours, name), strict=True):
             assert a.shape[0] == 2
             torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     # decoder fields: per step, per layer
     for name in ("decoder_attentions", "cross_attentions", "decoder_hidden_states"):
         assert len(getattr(ours, name)) == len(ours.scores)
-        for step_ref, step_ours in zip(getattr(ref, name), getattr(ours, name)):
-            for a, b in zip(step_ref, step_ours):
+        for step_ref, step_ours in zip(getattr(ref, name), getattr(ours, name), strict=True):
+            for a, b in zip(step_ref, step_ours, strict=True):
                 torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     assert ours.cross_attentions[0][0].shape[-1] == SOURCES["bart"].shape[1]
     assert type(ours.past_key_values).__name__ == "EncoderDecoderCache"
@@ -257,7 +243,7 @@ def test_user_decoder_input_ids(models):
     for dec in ([[5, 6], [7, 8]], [[0, 5], [0, 7]]):
         dec = torch.tensor(dec)
         ref, ours = _generate_both(model, src, decoder_input_ids=dec, max_new_tokens=5, **OUT)
-        assert_same(ref, ours)
+        assert_same(ref, ours, same_type=True)
     assert ours.sequences[:, :2].tolist() == [[0, 5], [0, 7]]
     # a decoder mask (with a hole) travels and grows with the decoder tokens
     dec = torch.tensor([[5, 6, 9], [7, 8, 9]])
@@ -265,7 +251,7 @@ def test_user_decoder_input_ids(models):
     ref, ours = _generate_both(
         model, src, decoder_input_ids=dec, decoder_attention_mask=dmask, max_new_tokens=5, **OUT
     )
-    assert_same(ref, ours)
+    assert_same(ref, ours, same_type=True)
     assert ours.sequences.shape[1] == 4 + 5
 
 
@@ -284,7 +270,7 @@ def test_precomputed_encoder_outputs_and_explicit_mask(models):
     ours = genlab.generate(
         model, encoder_outputs=enc, attention_mask=mask, max_new_tokens=6, num_beams=2, **OUT
     )
-    assert_same(ref, ours)
+    assert_same(ref, ours, same_type=True)
     assert enc.last_hidden_state.shape[0] == 2  # the caller's object is not expanded in place
     plain = genlab.generate(model, src, attention_mask=mask, max_new_tokens=6, num_beams=2)
     assert torch.equal(plain, ours.sequences)
@@ -299,7 +285,7 @@ def test_input_features_reach_the_encoder(models):
         ref = model.generate(input_features=feats, max_new_tokens=6, **OUT, **cfg)
         torch.manual_seed(1)
         ours = genlab.generate(model, input_features=feats, max_new_tokens=6, **OUT, **cfg)
-        assert_same(ref, ours)
+        assert_same(ref, ours, same_type=True)
         torch.manual_seed(1)
         positional = genlab.generate(model, feats, max_new_tokens=6, **cfg)
         assert torch.equal(positional, ours.sequences)
@@ -484,7 +470,7 @@ def test_inputs_embeds_feed_the_encoder(models):
     model, src = models["t5"], SOURCES["t5"]
     embeds = model.get_input_embeddings()(src).detach()
     ref, ours = _generate_both(model, None, inputs_embeds=embeds, max_new_tokens=5, **OUT)
-    assert_same(ref, ours)
+    assert_same(ref, ours, same_type=True)
     with pytest.raises(ValueError, match="inputs_embeds and input_ids were both given"):
         genlab.generate(model, src, inputs_embeds=embeds)
 
@@ -506,6 +492,6 @@ def test_beam_run_rewinds_by_replay(models):
 def test_streamer_puts_equal_reference(models, cfg):
     """A streamer gets the decoder's start ids (one row per returned sequence) and then each
     step's tokens, as from the reference."""
-    from conftest import assert_streams_like_reference
+    from helpers import assert_streams_like_reference
 
     assert_streams_like_reference(models["t5"], SOURCES["t5"][:1], max_new_tokens=5, **cfg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import assert_same
 
 import genlab
 
@@ -55,17 +56,6 @@ def _both(hf_model, ids, mask, seed, **cfg):
     torch.manual_seed(seed)
     ours = genlab.generate(hf_model, ids, attention_mask=mask, **OUT, **cfg)
     return ref, ours
-
-
-def assert_same(ref, ours):
-    assert torch.equal(ref.sequences, ours.sequences), (ref.sequences, ours.sequences)
-    assert len(ref.scores) == len(ours.scores)
-    for a, b in zip(ref.scores, ours.scores):
-        assert torch.equal(torch.isinf(a), torch.isinf(b))
-        fin = torch.isfinite(a)
-        torch.testing.assert_close(a[fin], b[fin], atol=1e-4, rtol=0)
-    for a, b in zip(ref.logits, ours.logits):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("name,cfg", PROCESSOR_CASES, ids=[c[0] for c in PROCESSOR_CASES])
@@ -124,7 +114,7 @@ def test_length_semantics(hf_llama, padded_batch):
 
 
 def test_attentions_hidden_states(padded_batch):
-    from conftest import tiny_llama
+    from helpers import tiny_llama
 
     ids, mask = padded_batch
     hf_llama = tiny_llama()
@@ -132,11 +122,11 @@ def test_attentions_hidden_states(padded_batch):
     kw = dict(max_new_tokens=4, output_attentions=True, output_hidden_states=True)
     ref, ours = _both(hf_llama, ids, mask, 0, **kw)
     assert len(ref.attentions) == len(ours.attentions) == 4
-    for a_step, b_step in zip(ref.attentions, ours.attentions):
-        for a, b in zip(a_step, b_step):
+    for a_step, b_step in zip(ref.attentions, ours.attentions, strict=True):
+        for a, b in zip(a_step, b_step, strict=True):
             torch.testing.assert_close(a, b)
-    for a_step, b_step in zip(ref.hidden_states, ours.hidden_states):
-        for a, b in zip(a_step, b_step):
+    for a_step, b_step in zip(ref.hidden_states, ours.hidden_states, strict=True):
+        for a, b in zip(a_step, b_step, strict=True):
             torch.testing.assert_close(a, b)
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import matplotlib.text
 import pytest
 import torch
-from conftest import tiny_llama
-from transformers import GPT2Config, GPT2LMHeadModel
+from helpers import tiny_gpt2, tiny_llama
 
 import genlab
 from genlab.inside import attention, logit_lens
@@ -30,16 +29,9 @@ def assert_legible(fig, dpi: float | None = None) -> None:
     assert not small, f"texts under 9 px: {small[:5]}"
 
 
-def tiny_gpt2():
-    torch.manual_seed(3)
-    cfg = GPT2Config(vocab_size=96, n_positions=64, n_embd=48, n_layer=3, n_head=4,
-                     bos_token_id=1, eos_token_id=2)  # fmt: skip
-    return GPT2LMHeadModel(cfg).eval()
-
-
 @pytest.fixture(scope="module")
 def hf_models():
-    return {"llama": tiny_llama(0, num_hidden_layers=3), "gpt2": tiny_gpt2()}
+    return {"llama": tiny_llama(0, num_hidden_layers=3), "gpt2": tiny_gpt2(n_layer=3)}
 
 
 def reference_norm(hf):

@@ -15,11 +15,6 @@ def table_lm():
     return genlab.load(TableLM.classic())
 
 
-@pytest.fixture(scope="module")
-def demo():
-    return genlab.load("demo")
-
-
 def test_table_greedy_result(table_lm):
     res = table_lm.generate("The", max_new_tokens=4)
     assert res.text == "nice woman"

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_gpt2
 
 from genlab.models import load_model
 from genlab.models.checkpoints import download_from_hub, read_checkpoint
@@ -68,22 +69,6 @@ def tiny_llama(vocab, seed=0, **overrides):
     return LlamaForCausalLM(LlamaConfig(**cfg)).eval()
 
 
-def tiny_gpt2(vocab, seed=0):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    cfg = GPT2Config(
-        vocab_size=vocab,
-        n_positions=64,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    return GPT2LMHeadModel(cfg).eval()
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """Folders written by save_pretrained: tiny Llama (+ generation config), GPT-2, sharded."""
@@ -95,7 +80,7 @@ def saved(tmp_path_factory):
     llama.generation_config.do_sample = True
     llama.generation_config.top_k = 5
     llama.generation_config.temperature = 0.7
-    gpt2 = tiny_gpt2(vocab)
+    gpt2 = tiny_gpt2(seed=0, vocab=vocab, n_embd=32)
     sharded = tiny_llama(vocab, seed=1, tie_word_embeddings=True)
     for name, model, kwargs in (
         ("llama", llama, {}),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_llama
+from helpers import tiny_llama
 from test_decoders import tiny_gpt2
 
 import genlab

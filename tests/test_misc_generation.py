@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers import assert_same, tiny_llama
 
 import genlab
 from genlab.caches import StaticKVCache
@@ -41,18 +41,6 @@ def both(model, ids=IDS, seed=3, **kwargs):
             warnings.simplefilter("ignore")
             outs.append(fn(input_ids=ids, **kwargs))
     return outs
-
-
-def assert_same(ref, mine, exact=False):
-    assert torch.equal(ref.sequences, mine.sequences)
-    for field in ("scores", "logits"):
-        a, b = torch.stack(getattr(ref, field)), torch.stack(getattr(mine, field))
-        assert torch.equal(torch.isinf(a), torch.isinf(b))
-        finite = torch.isfinite(a)
-        if exact:
-            assert torch.equal(a[finite], b[finite])
-        else:
-            torch.testing.assert_close(a[finite], b[finite], atol=1e-4, rtol=0)
 
 
 # -- classifier-free guidance ---------------------------------------------------------------

@@ -110,7 +110,7 @@ def test_views_behave_like_the_reference_model_output():
     theirs = hf_utils.GenerateBeamDecoderOnlyOutput(**values)
     assert list(ours.keys()) == list(theirs.keys()) == ["sequences", "scores", "beam_indices"]
     assert len(ours.to_tuple()) == len(theirs.to_tuple()) == 3
-    for a, b in zip(ours.to_tuple(), theirs.to_tuple()):
+    for a, b in zip(ours.to_tuple(), theirs.to_tuple(), strict=True):
         assert a is b
     assert ours[0] is theirs[0] is values["sequences"]
     assert ours[1] is theirs[1] is values["scores"]
@@ -294,7 +294,7 @@ def test_inputs_are_not_modified():
     beam_indices = torch.tensor([[0, -1]])
     before = [s.clone() for s in scores], beam_indices.clone()
     compute_transition_scores(torch.tensor([[3, 1, 0]]), scores, beam_indices, True)
-    assert all(torch.equal(a, b) for a, b in zip(before[0], scores))
+    assert all(torch.equal(a, b) for a, b in zip(before[0], scores, strict=True))
     assert torch.equal(before[1], beam_indices)
 
 

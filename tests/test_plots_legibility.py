@@ -56,7 +56,7 @@ def assert_legible(fig, what: str) -> float:
 def zipf():
     """45 words, Zipf-like probabilities after any prefix; EOS rare."""
     weights = 1.0 / np.arange(1, len(WORDS) + 1)
-    row = {w: float(p) for w, p in zip(WORDS, weights / weights.sum() * 0.98)}
+    row = {w: float(p) for w, p in zip(WORDS, weights / weights.sum() * 0.98, strict=True)}
     row["<eos>"] = 0.02
     return genlab.LM(TableLM({"": row}, fallback=row))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers import tiny_llama
 
 import genlab
 from genlab.models.architectures import build_decoder

@@ -143,7 +143,7 @@ def same(a, b) -> bool:
         a, b = torch.as_tensor(a), torch.as_tensor(b)
         return a.shape == b.shape and torch.equal(a.to(b.dtype), b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if type(a).__name__ == type(b).__name__ and hasattr(a, "__dict__"):

@@ -96,7 +96,7 @@ def test_rewind_reproduces(hf_llama, do_sample):
     for _ in range(3):
         run.step()
     assert torch.equal(run.sequences, before)
-    for a, b in zip(scores_before, run.recorded_scores()):
+    for a, b in zip(scores_before, run.recorded_scores(), strict=True):
         torch.testing.assert_close(a, b)
 
 

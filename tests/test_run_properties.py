@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers import tiny_llama
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -95,7 +95,7 @@ def test_failed_steps_leave_no_trace_in_any_sequence_of_operations(model, ops):
     assert torch.equal(a.sequences, b.sequences)
     assert a.pending_forced == b.pending_forced and a.step_index == b.step_index
     sa, sb = a.recorded_scores(), b.recorded_scores()
-    assert len(sa) == len(sb) and all(torch.equal(x, y) for x, y in zip(sa, sb))
+    assert len(sa) == len(sb) and all(torch.equal(x, y) for x, y in zip(sa, sb, strict=True))
     # and both go on identically
     for _ in range(2):
         ra, rb = a.step(), b.step()

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers import tiny_llama
 from test_lens import assert_legible
 from transformers import (
     LogitsProcessorList,
@@ -139,11 +139,6 @@ def test_errors_name_what_to_fix(lm):
 
 
 # -- the demo model: text, chat, conversations, and the same weights in transformers -----
-
-
-@pytest.fixture(scope="module")
-def demo():
-    return genlab.load("demo")
 
 
 @pytest.fixture(scope="module")

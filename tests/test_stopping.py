@@ -122,7 +122,9 @@ def _compare(ours, ref, by_len) -> int:
         got = ours(ids, None)
         assert torch.equal(ids, before)  # the input is not modified
         assert got.dtype == torch.bool and got.shape == (len(rows),)
-        assert torch.equal(got, expected), [r for r, a, b in zip(rows, got, expected) if a != b]
+        assert torch.equal(got, expected), [
+            r for r, a, b in zip(rows, got, expected, strict=True) if a != b
+        ]
         positives += int(got.sum())
     return positives
 
@@ -132,7 +134,7 @@ def _compare(ours, ref, by_len) -> int:
 
 def test_token_texts_equal_the_references_cleaned_vocabulary(tokenizer):
     ref_texts, ref_ids = ref_sc.StopStringCriteria.clean_tokenizer_vocab(tokenizer)
-    expected = dict(zip(ref_ids, ref_texts))
+    expected = dict(zip(ref_ids, ref_texts, strict=True))
     assert token_strings(tokenizer) == expected
     # the raw `tokenizers` object (decode() instead of convert_tokens_to_string()) agrees
     assert token_strings(tokenizer.backend_tokenizer) == expected
@@ -258,7 +260,7 @@ def test_any_tokenizer_with_the_same_methods_works():
     assert _compare(StopStringCriteria(tok.backend_tokenizer, STOPS), ref, by_len) > 5
     assert _compare(StopStringCriteria(DecodingTokenizer(tok), STOPS), ref, by_len) > 5
     ref_texts, ref_ids = ref_sc.StopStringCriteria.clean_tokenizer_vocab(tok)
-    assert token_strings(DecodingTokenizer(tok)) == dict(zip(ref_ids, ref_texts))
+    assert token_strings(DecodingTokenizer(tok)) == dict(zip(ref_ids, ref_texts, strict=True))
 
 
 # ------------------------------------------------------------------ simple criteria
@@ -374,7 +376,7 @@ def test_build_order_matches_the_reference(kwargs):
         GenerationConfig(**kwargs), tokenizer=tok, max_position_embeddings=32
     )
     assert _names(ours) == _names(ref)
-    for mine, theirs in zip(ours, ref):
+    for mine, theirs in zip(ours, ref, strict=True):
         for attr in ("max_length", "max_position_embeddings", "max_time", "stop_strings"):
             assert getattr(mine, attr, None) == getattr(theirs, attr, None)
         if isinstance(mine, EosTokenCriteria):

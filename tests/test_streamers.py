@@ -348,7 +348,7 @@ def test_put_sequence_equals_reference_generate(cfg):
     """What a streamer receives from genlab.generate, put by put, is what transformers'
     generate sends: the prompt rows as generation starts (expanded when several sequences
     are returned per prompt), then the new tokens of each step."""
-    from conftest import assert_streams_like_reference, tiny_llama
+    from helpers import assert_streams_like_reference, tiny_llama
 
     prompt = torch.tensor([[1, 5, 17, 33, 8, 5, 17]])
     assert_streams_like_reference(tiny_llama(), prompt, max_new_tokens=6, **cfg)

@@ -194,7 +194,7 @@ def test_to_frame(lm):
     assert frame.iloc[0].tolist() == ["", "The", 1.0]
     assert frame.groupby("prefix")["prob"].sum().tolist() == pytest.approx([1.0] * 14)
     dog = frame[frame.prefix == "The dog"]
-    assert dict(zip(dog.token, dog.prob)) == {"has": 0.9, "runs": 0.05, "and": 0.05}
+    assert dict(zip(dog.token, dog.prob, strict=True)) == {"has": 0.9, "runs": 0.05, "and": 0.05}
 
 
 def test_prefixes_as_tuples_and_custom_eos():

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers import tiny_llama
 
 import genlab
 from genlab.models.architectures import build_decoder
@@ -132,7 +132,7 @@ def _assert_same_state(a, b):
     assert torch.equal(sa[0], sb[0]) and torch.equal(sa[1], sb[1])
     assert sa[2:5] == sb[2:5] and sa[6] == sb[6]
     assert len(sa[5]) == len(sb[5])
-    for x, y in zip(sa[5], sb[5]):
+    for x, y in zip(sa[5], sb[5], strict=True):
         assert torch.equal(x, y)
 
 

@@ -642,7 +642,7 @@ def test_generate_with_watermark_matches_transformers(hf_llama, kind, do_sample)
     plain = hf_llama.generate(prompt, **kw)
     assert torch.equal(ours.sequences, ref.sequences)
     assert len(ours.scores) == len(ref.scores) == ref.sequences.shape[1] - prompt.shape[1]
-    for a, b in zip(ours.scores, ref.scores):
+    for a, b in zip(ours.scores, ref.scores, strict=True):
         assert torch.equal(torch.isinf(a), torch.isinf(b))
         torch.testing.assert_close(a[torch.isfinite(b)], b[torch.isfinite(b)], atol=1e-4, rtol=0)
     # the watermark did act: the first step's scores differ from unwatermarked ones

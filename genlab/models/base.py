@@ -137,7 +137,7 @@ class KVCache:
 
     def reorder(self, index: torch.LongTensor) -> None:
         # only the filled positions move; the buffers stay where they are
-        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+        for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
             if k is not None:
                 n = self._len[i]
                 idx = index.to(k.device)
@@ -167,7 +167,7 @@ class KVCache:
     def copy(self) -> KVCache:
         other = KVCache(self.num_layers, self.chunk)
         other._len = list(self._len)
-        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+        for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
             if k is not None:
                 n = self._len[i]
                 other.keys[i] = k[:, :, : n + self.chunk].clone()

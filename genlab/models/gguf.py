@@ -312,7 +312,7 @@ def gguf_tokenizer(reader, *, add_bos_token: bool | None = None) -> Tokenizer:
             byte_fallback=True,
         )
     )
-    special = [t for t, kind in zip(tokens, token_types) if kind == SPECIAL_TOKEN_TYPE]
+    special = [t for t, kind in zip(tokens, token_types, strict=True) if kind == SPECIAL_TOKEN_TYPE]
     backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in special])
     backend.normalizer = normalizers.Sequence([])
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(

@@ -98,7 +98,9 @@ def _layers_token(cache):
 def _restore_layers(cache, token) -> None:
     kind = token[0]
     if kind == "pair":
-        for name, sub in zip(("self_attention_cache", "cross_attention_cache"), token[1]):
+        for name, sub in zip(
+            ("self_attention_cache", "cross_attention_cache"), token[1], strict=True
+        ):
             if sub is not None:
                 _restore_layers(getattr(cache, name), sub)
     elif kind == "vars":
@@ -107,7 +109,7 @@ def _restore_layers(cache, token) -> None:
     else:
         _, layers, saved = token
         cache.layers[:] = layers
-        for layer, values in zip(layers, saved):
+        for layer, values in zip(layers, saved, strict=True):
             vars(layer).clear()
             vars(layer).update(values)
 

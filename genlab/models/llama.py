@@ -347,7 +347,7 @@ def stack_rows(parts: list[torch.Tensor], column_scale: torch.Tensor) -> torch.T
     (rows, in) tensor: no intermediate copies (each part may be any view of rows x in)."""
     rows = [math.prod(p.shape[:-1]) for p in parts]
     out = torch.empty(sum(rows), parts[0].shape[-1], dtype=parts[0].dtype, device=parts[0].device)
-    for part, block in zip(parts, out.split(rows)):
+    for part, block in zip(parts, out.split(rows), strict=True):
         torch.mul(part, column_scale, out=block.view(part.shape))
     return out
 

@@ -614,7 +614,9 @@ class TableLM:
 
     def _row_logits(self, ids: list[int], mask: list[bool], position: int) -> torch.Tensor:
         """(vocab,) log-probs after the real tokens of one row up to ``position``."""
-        real = [tok for tok, keep in zip(ids[: position + 1], mask[: position + 1]) if keep]
+        real = [
+            tok for tok, keep in zip(ids[: position + 1], mask[: position + 1], strict=True) if keep
+        ]
         if real and real[0] == self.tokenizer.bos_token_id:
             real = real[1:]
         words = tuple(self.tokenizer.convert_ids_to_tokens(real))

@@ -475,7 +475,7 @@ class Tokenizer:
             )
         pad_id = self.pad_token_id
         out_ids, out_masks = [], []
-        for row, mask in zip(ids, masks):
+        for row, mask in zip(ids, masks, strict=True):
             n = length - len(row)
             if side == "left":
                 out_ids.append([pad_id] * n + row)

@@ -77,7 +77,7 @@ def contrastive_plot(table: pd.DataFrame, step: int = 0, row: int = 0, ax=None,
     ax.bar([i - width for i in x], part["confidence"], width, label="confidence", color=BONUS)
     ax.bar(x, part["penalty"], width, label="penalty (max cosine)", color=REJECTED)
     bars = ax.bar([i + width for i in x], part["score"], width, label="score", color=ACCEPTED)
-    for bar, chosen in zip(bars, part["chosen"]):
+    for bar, chosen in zip(bars, part["chosen"], strict=True):
         if chosen:
             bar.set_edgecolor("black")
             bar.set_linewidth(2)

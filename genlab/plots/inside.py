@@ -262,10 +262,10 @@ def sweep_metrics(
     frame = sw.metrics
     groups = [((), frame)] if not others else list(frame.groupby(others, sort=False))
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sw.grid[xkey])
-    for ax, metric in zip(axes, metrics):
+    for ax, metric in zip(axes, metrics, strict=False):
         for values, part in groups:
             values = values if isinstance(values, tuple) else (values,)
-            label = ", ".join(f"{k}={v}" for k, v in zip(others, values)) or None
+            label = ", ".join(f"{k}={v}" for k, v in zip(others, values, strict=True)) or None
             xs = part[xkey].to_numpy() if numeric else np.arange(len(part))
             ax.plot(xs, part[metric].to_numpy(), marker="o", lw=1.4, label=label)
         if not numeric:

@@ -102,14 +102,14 @@ def _bars(ax, t: pd.DataFrame, xmax: float | None = None, rows: int | None = Non
     ax.barh(y, probs, color=[CHOSEN if c else OTHER for c in t.chosen])
     ax.set_yticks(y, [label(s, 12) for s in t.token])
     ax.tick_params(axis="y", labelsize=SMALL, length=0)
-    for tick, chosen in zip(ax.get_yticklabels(), t.chosen):
+    for tick, chosen in zip(ax.get_yticklabels(), t.chosen, strict=True):
         if chosen:
             tick.set_color("#b35900")
             tick.set_fontweight("bold")
     top = float(probs.max()) if len(probs) else 1.0
     xmax = xmax if xmax is not None else max(top * 1.45, 1e-3)
     ax.set_xlim(0, xmax)
-    for yi, p, chosen in zip(y, probs, t.chosen):
+    for yi, p, chosen in zip(y, probs, t.chosen, strict=True):
         ax.text(
             p + 0.01 * xmax,
             yi,
@@ -164,7 +164,7 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> F
     fig = Figure(figsize=(min(MAX_WIDTH, 3.5 * ncols + 0.2), panel_h * nrows + 0.7),
                  layout="constrained")  # fmt: skip
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
-    for i, (ax, stage) in enumerate(zip(axes, stages)):
+    for i, (ax, stage) in enumerate(zip(axes, stages, strict=False)):
         t = candidates(trace, step, row=row, stage=stage, k=k)
         _bars(ax, t, rows=k)
         kept = int(summary.loc[stage, "tokens_kept"]) if stage in summary.index else None
@@ -197,7 +197,7 @@ def compare_logprobs(results: Sequence, labels: Sequence[str] | None = None) -> 
     fig = Figure(figsize=(MAX_WIDTH, 3.6), layout="constrained")
     ax = fig.add_subplot()
     seqs = []
-    for res, name in zip(results, labels):
+    for res, name in zip(results, labels, strict=True):
         table = res.transition_scores()
         ax.plot(table.step, table.logprob, marker=".", lw=1.2, label=name)
         seqs.append(table.token_id.tolist())

@@ -98,7 +98,7 @@ def green_red_tokens(
     else:
         fig = ax.figure
         ax.set_xlim(-0.5, width + 0.5)
-    for token, (line, col), row in zip(tokens, places, table.itertuples(index=False)):
+    for token, (line, col), row in zip(tokens, places, table.itertuples(index=False), strict=True):
         colour = LIGHT[_kind(row.scored, row.green)]
         ax.text(
             col,

@@ -96,7 +96,7 @@ class Sections(widgets.VBox):
         self.on_open = on_open
         self._open: int | None = None
         rows = []
-        for i, (title, page) in enumerate(zip(self.titles, self.pages)):
+        for i, (title, page) in enumerate(zip(self.titles, self.pages, strict=True)):
             header = widgets.Button(
                 description=f"\u25b8 {title}",
                 tooltip=f"show or hide {title}",
@@ -118,7 +118,9 @@ class Sections(widgets.VBox):
         if index is not None and self.on_open is not None:
             self.on_open(index)
         self._open = index
-        for i, (title, header, page) in enumerate(zip(self.titles, self.headers, self.pages)):
+        for i, (title, header, page) in enumerate(
+            zip(self.titles, self.headers, self.pages, strict=True)
+        ):
             shown = i == index
             page.layout.display = None if shown else "none"
             header.description = ("\u25be " if shown else "\u25b8 ") + title

@@ -65,7 +65,8 @@ def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
                 "removed_mass": stage.removed_mass,
                 "raw_mass_kept": stage.raw_mass_kept,
                 "top": ", ".join(
-                    f"{show_token(t)} {prob_text(p)}" for t, p in zip(top.token, top.prob)
+                    f"{show_token(t)} {prob_text(p)}"
+                    for t, p in zip(top.token, top.prob, strict=True)
                 ),
             }
         )
@@ -82,7 +83,7 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
     for i, st in enumerate(summary.itertuples(index=False)):
         top = candidates(trace, step, row=row, stage=st.stage, k=k)
         cells = []
-        for tok, p, chosen in zip(top.token, top.prob, top.chosen):
+        for tok, p, chosen in zip(top.token, top.prob, top.chosen, strict=True):
             colour = "#f28e2b" if chosen else "#9aa5b1"
             weight = "font-weight:bold;color:#8a4500;" if chosen else ""
             note = "chosen: " if chosen else ""
@@ -580,7 +581,13 @@ class StepDebugger(LiveView):
             + (" (forced)" if f else "")
             + (f"\n{tip}" if tip else "")
             for s, t, p, r, f, (_, tip) in zip(
-                steps.step, steps.token, steps.prob, steps["rank"], steps.forced, pieces
+                steps.step,
+                steps.token,
+                steps.prob,
+                steps["rank"],
+                steps.forced,
+                pieces,
+                strict=True,
             )
         ]
         body = token_spans(
@@ -641,10 +648,12 @@ class StepDebugger(LiveView):
         final = candidates(trace, step, stage="final", k=trace_k(trace))
         options = [
             (f"{show_token(t)}  p={prob_text(p)}" + ("  (taken)" if c else ""), int(i))
-            for t, p, i, c in zip(final.token, final.prob, final.token_id, final.chosen)
+            for t, p, i, c in zip(
+                final.token, final.prob, final.token_id, final.chosen, strict=True
+            )
         ]
         self.candidates.options = options
-        taken = [int(i) for i, c in zip(final.token_id, final.chosen) if c]
+        taken = [int(i) for i, c in zip(final.token_id, final.chosen, strict=True) if c]
         if taken:
             self.candidates.value = taken[0]  # never blank: the token taken at this step
         self.waterfall_png = b""

@@ -333,8 +333,8 @@ def early_for_people(early: pd.DataFrame) -> pd.DataFrame:
 
 def node_paths(tree: pd.DataFrame) -> dict[int, list[int]]:
     """Token ids from the prompt to each node of ``trace.beam_tree()`` (node -> ids)."""
-    parent = dict(zip(tree.node.tolist(), tree.parent_node.tolist()))
-    token = dict(zip(tree.node.tolist(), tree.token_id.tolist()))
+    parent = dict(zip(tree.node.tolist(), tree.parent_node.tolist(), strict=True))
+    token = dict(zip(tree.node.tolist(), tree.token_id.tolist(), strict=True))
     paths: dict[int, list[int]] = {}
 
     def path(node: int) -> list[int]:
@@ -474,7 +474,7 @@ class BeamExplorer(Explorer):
         if not 0 <= step <= int(tree.step.max()):
             raise ValueError(f"step must be in [0, {int(tree.step.max())}], got {step}")
         at = tree[tree.step == step].sort_values("rank").copy()
-        at.insert(0, "text", [self._text(n, t) for n, t in zip(at.node, at.token_id)])
+        at.insert(0, "text", [self._text(n, t) for n, t in zip(at.node, at.token_id, strict=True)])
         at["token"] = [shown(self.lm.tokenizer, int(t)) for t in at.token_id]
         cols = [
             "rank",

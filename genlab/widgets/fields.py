@@ -468,7 +468,7 @@ class ChoiceDropdown(widgets.Dropdown):
         self.choices = list(choices)
         labels = labels or [str(c) for c in self.choices]
         super().__init__(
-            options=list(zip(labels, range(len(self.choices)))),
+            options=list(zip(labels, range(len(self.choices)), strict=True)),
             layout=widgets.Layout(width=width),
         )
         self.choose(value)
@@ -587,7 +587,7 @@ class WatermarkControl(FieldControl):
     )
 
     def _build(self, value) -> None:
-        labels, keys = zip(*self.SCHEMES)
+        labels, keys = zip(*self.SCHEMES, strict=True)
         self.input = ChoiceDropdown(keys, self._scheme(value), "220px", list(labels))
         wm = value.to_dict() if isinstance(value, WatermarkingConfig) else {}
         sid = value.to_dict() if isinstance(value, SynthIDTextWatermarkingConfig) else {}

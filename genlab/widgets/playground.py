@@ -88,7 +88,7 @@ def result_html(table: pd.DataFrame, prompt: str | None = None, marks=(), tokeni
         + (f"\n{tip}" if tip else "")
         + (f"\ntop: {top}" if top else "")
         for tok, p, lp, r, top, tip in zip(
-            table.token, table.prob, table.logprob, ranks, tops, tips
+            table.token, table.prob, table.logprob, ranks, tops, tips, strict=True
         )
     ]
     return text_block(token_spans(texts, list(table.prob), titles, marks), prompt=prompt)

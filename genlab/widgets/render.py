@@ -85,7 +85,7 @@ def token_spans(
     marks: indices drawn with a thick outline (e.g. the first diverging token).
     """
     out = []
-    for i, (tok, p) in enumerate(zip(tokens, probs)):
+    for i, (tok, p) in enumerate(zip(tokens, probs, strict=True)):
         title = titles[i] if titles is not None else f"p = {prob_text(p)}"
         outline = "outline:2px solid #1f3fbf;" if i in marks else ""
         bg = prob_colour(p)
@@ -315,7 +315,9 @@ def alternatives(trace, row: int = 0, n: int = 3) -> list[str]:
         if row >= final.top_ids.shape[0] or int(rec.chosen_for_row[row]) < 0:
             continue
         parts = []
-        for tid, lp in zip(final.top_ids[row].tolist(), final.top_logprobs[row].tolist()):
+        for tid, lp in zip(
+            final.top_ids[row].tolist(), final.top_logprobs[row].tolist(), strict=True
+        ):
             if len(parts) == n or not math.isfinite(lp) or math.exp(lp) == 0:
                 break
             parts.append(f"{show_token(trace.token_text(tid))} {prob_text(math.exp(lp))}")
