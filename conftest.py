@@ -2,7 +2,7 @@
 
 Every example in genlab's docstrings may use, without importing them: ``genlab``,
 ``torch``, ``lm`` (the embedded demo model, ``genlab.load("demo")``, loaded once per session
-and only when a doctest runs) and ``tiny`` (``genlab.TableLM``'s small teaching model).
+and only when a doctest runs) and ``tok`` (its tokenizer, ``lm.tokenizer``).
 Examples that need the Hugging Face Hub, a GPU, a display or minutes of compute are marked
 ``# doctest: +SKIP`` with the reason beside them.
 """
@@ -26,7 +26,8 @@ def _namespace() -> dict:
 
         import genlab
 
-        _CACHE.update(genlab=genlab, torch=torch, lm=genlab.load("demo"))
+        lm = genlab.load("demo")
+        _CACHE.update(genlab=genlab, torch=torch, lm=lm, tok=lm.tokenizer)
     return _CACHE
 
 

@@ -11,7 +11,7 @@ Start here (the embedded demo model runs offline, on a CPU):
 'The capital of France is Paris.'
 >>> run = lm.start("Once upon a time")        # step, force, rewind, fork, hooks
 >>> run.step()
-Step(0, tokens=[','], logprobs=[-0.062], finished=False)
+Step(0, tokens=[','], logprobs=[-0.075], finished=False)
 
 What to import:
 
@@ -33,6 +33,10 @@ import os as _os
 import sys as _sys
 
 _os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from genlab import threads as _threads  # noqa: E402  (before torch: see genlab/threads.py)
+
+_threads.set_wait_policy()
 
 __version__ = "0.1.0"
 
