@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export MPLBACKEND := Agg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help demo lab test venv install install-test lint format unit doctest notebooks browser docs \
+.PHONY: help demo lab test venv install install-test lint format unit unit-fast doctest notebooks browser docs \
         wheel wheel-check binder-memory bench clean
 
 ## help: list the targets
@@ -81,6 +81,10 @@ format: $(VENV)/.genlab-test-installed
 ## unit: pytest tests (unit and parity tests; add PYTEST_ARGS=--device=cuda on a GPU)
 unit: $(VENV)/.genlab-test-installed
 	$(PY) -m pytest -q -n 2 --dist loadfile tests $(PYTEST_ARGS)
+
+## unit-fast: the unit tests without the slow ones (those that load the demo model)
+unit-fast: $(VENV)/.genlab-test-installed
+	$(PY) -m pytest -q -n 2 --dist loadfile tests -m "not slow" $(PYTEST_ARGS)
 
 ## doctest: the examples in genlab's docstrings (conftest.py gives them genlab, torch, lm)
 doctest: $(VENV)/.genlab-test-installed
