@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .checks import is_int
+
 #: keys of a tokenizer's output that a decoder-only prompt may carry
 PROMPT_KEYS = ("input_ids", "attention_mask")
 #: dtypes the built-in decoders accept as token ids (converted to int64 here)
@@ -67,10 +69,6 @@ def prompt_from_mapping(input_ids: Any, attention_mask: Any) -> tuple[Any, Any]:
     return input_ids["input_ids"], mask
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def prompt_ids(ids: Any, name: str = "input_ids") -> Any:
     """Token ids checked and converted: a tensor, numpy array or (nested) list of ints -> an
     int64 tensor.
@@ -105,7 +103,7 @@ def prompt_ids(ids: Any, name: str = "input_ids") -> Any:
                     f"{name} mixes rows and single ids ({row!r}): give one list of ids, or a "
                     "list of equally long lists"
                 )
-            bad = [v for v in row if not _is_int(v)]
+            bad = [v for v in row if not is_int(v)]
             if bad:
                 raise ValueError(
                     f"{name} must hold integer token ids; got {bad[0]!r} "
