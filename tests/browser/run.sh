@@ -33,7 +33,12 @@ mkdir -p "$TMPDIR" "$JUPYTER_RUNTIME_DIR" "$IPYTHONDIR" "$MPLCONFIGDIR" "$XDG_CO
 
 # 1. Debian's Chromium (never `playwright install`: no browser downloads)
 if ! command -v chromium >/dev/null; then
-  echo "installing Debian chromium..."
+  if [ "$(id -u)" != 0 ]; then
+    echo "The browser check needs Debian's chromium, which is not installed. Installing it"
+    echo "needs root: run 'sudo apt-get install chromium' (or this check as root), then again."
+    exit 1
+  fi
+  echo "installing Debian chromium (apt-get, as root)..."
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
