@@ -94,13 +94,25 @@ class _AtLimit(Exception):
 
 
 def _set_up_warnings(fn):
-    """Run ``fn()`` and return (result, the warnings it raised as strings), re-raising them."""
+    """Run ``fn()`` and return (result, the warnings it raised as strings). Each distinct
+    warning is shown once (the config is checked more than once while a run is set up), at
+    the user's line: the first frame outside genlab."""
+    import os
+    import sys
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fn()
-    for w in caught:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return result, tuple(str(w.message) for w in caught)
+    distinct = list({(w.category, str(w.message)): w for w in caught}.values())
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(0), 1  # level 1: this function, warnings.warn's caller
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        package
+    ):
+        frame, level = frame.f_back, level + 1
+    for w in distinct:
+        warnings.warn(w.message, stacklevel=level)
+    return result, tuple(str(w.message) for w in distinct)
 
 
 # ----------------------------------------------------------------------------------------
