@@ -316,30 +316,24 @@ class StepDebugger(LiveView):
         run = self.run
         start, t0 = run.step_index, time.perf_counter()
         last = t0
-        for button_ in (self.step_button, self.run_button, self.rewind_button, self.fork_button):
-            button_.disabled = True
-        try:
-            while not run.finished:
-                if job.cancelled.is_set():
-                    break  # Stop: the steps so far stay; the run can go on with Step
-                run.step()
-                now = time.perf_counter()
-                if now - last >= 0.1:
-                    last = now
-                    total = run_total(run)
-                    self.progress.max, self.progress.value = total, run.step_index
-                    rate = (run.step_index - start) / (now - t0)
-                    self.status.value = message(
-                        f"running… {run.step_index} of {total} tokens · {rate:.1f} tokens/s "
-                        "(Stop ends it here)"
-                    )
-                    self.text_view.value = self._text_html()
-                yield
-        finally:
-            for button_ in (
-                self.step_button, self.run_button, self.rewind_button, self.fork_button
-            ):  # fmt: skip
-                button_.disabled = False
+        self.notice = None
+        while not run.finished:
+            if job.cancelled.is_set():  # Stop: the steps so far stay; Step or Run go on
+                self.notice = f"stopped after {run.step_index} tokens: Step or Run go on from here"
+                break
+            run.step()
+            now = time.perf_counter()
+            if now - last >= 0.1:
+                last = now
+                total = run_total(run)
+                self.progress.max, self.progress.value = total, run.step_index
+                rate = (run.step_index - start) / (now - t0)
+                self.status.value = message(
+                    f"running… {run.step_index} of {total} tokens · {rate:.1f} tokens/s "
+                    "(Stop ends it here)"
+                )
+                self.text_view.value = self._text_html()
+            yield
         return run
 
     def render(self, data) -> None:
@@ -489,7 +483,7 @@ class StepDebugger(LiveView):
             self.guard(fn, *args)
         finally:
             self.defer_render = False
-            if not self._pending:
+            if not self._pending and not self.worker.busy:
                 self.remove_class("genlab-busy")
 
     def guard(self, fn, *args) -> bool:
@@ -607,6 +601,8 @@ class StepDebugger(LiveView):
             state, kind = self.finished_message(), "warn"
         else:
             state, kind = f"{run_total(run) - run.step_index} tokens to go at most", "info"
+        if self.notice and not run.finished:
+            state, kind = self.notice, "warn"
         self.status.value = message(
             f"step {run.step_index} · {run.mode} · {state}"
             + (f" · {len(self.runs)} runs" if len(self.runs) > 1 else "")

@@ -157,7 +157,18 @@ class LensView(Panel):
         self.step_slider.value = min(self.step_slider.value, n - 1)
         self._quiet = False
         probs = lens.target_prob[-1].tolist()
-        self.text_view.value = text_block(token_spans(lens.target_tokens, probs))
+        from ..tokens import running_pieces
+
+        known = [t for t in lens.targets if t is not None]
+        pieces = running_pieces(lens.tokenizer, known) if lens.tokenizer is not None else []
+        texts = [t for t, _ in pieces] or lens.target_tokens
+        tips = [
+            f"{tok}  p={p:.3f} at the last layer" + (f"\n{tip}" if tip else "")
+            for tok, p, (_, tip) in zip(
+                lens.target_tokens, probs, pieces or [("", "")] * len(probs), strict=False
+            )
+        ]
+        self.text_view.value = text_block(token_spans(texts, probs[: len(texts)], tips))
         self.status.value = message(
             f"{n} generated tokens, {lens.num_layers} layers: pick a step for its layers and "
             "its attention", "info"

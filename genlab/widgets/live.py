@@ -128,7 +128,7 @@ class LiveView(Panel):
         """The prompt box, chat switch and seed box every live view has; any change
         schedules a new generation (the prompt as it is typed, after the debounce)."""
         self.prompt_box = widgets.Textarea(
-            value=prompt, rows=2, continuous_update=True, layout=widgets.Layout(width="100%")
+            value=prompt, rows=2, continuous_update=True, layout=widgets.Layout(width="auto")
         )
         self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
         self.seed_box = widgets.Text(

@@ -300,7 +300,9 @@ def prob_text(p: float) -> str:
     p = float(p)
     if p != p:
         return ""
-    if p >= 0.001 or p == 0:
+    if p == 0:
+        return "0"
+    if p >= 0.001:
         return f"{p:.3f}"
     return scientific(p)
 

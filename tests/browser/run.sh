@@ -5,6 +5,12 @@
 #   bash tests/browser/run.sh                  # the test (make browser)
 #   bash tests/browser/run.sh --no-widgets     # self-check: with the ipywidgets lab
 #                                              # extension disabled the check must FAIL
+#   bash tests/browser/run.sh --broken         # self-check: panels broken on purpose
+#                                              # (GENLAB_BROKEN, default all; breaks.py):
+#                                              # every check they break must FAIL
+#
+# No retry: a failure is a failure (ui_check.py waits for JupyterLab's kernel connection
+# and the widget comm target before Run All, and for the state each check expects).
 #
 # All Jupyter / IPython / matplotlib / Chromium state stays inside the checkout
 # (.jupyter/ .xdg/ .tmp/, gitignored); screenshots go to artifacts/browser/.
@@ -27,7 +33,6 @@ export XDG_CONFIG_HOME=$ROOT/.xdg/config XDG_CACHE_HOME=$ROOT/.xdg/cache
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
 APP_SETTINGS=$ROOT/.jupyter/app-settings
 ARTIFACTS=$ROOT/artifacts/browser
-rm -rf "$ARTIFACTS/first-try"
 mkdir -p "$TMPDIR" "$JUPYTER_RUNTIME_DIR" "$IPYTHONDIR" "$MPLCONFIGDIR" "$XDG_CONFIG_HOME" \
          "$XDG_CACHE_HOME" "$APP_SETTINGS" "$ARTIFACTS"
 
@@ -49,6 +54,11 @@ cat > "$APP_SETTINGS/overrides.json" <<'JSON'
 JSON
 
 # 3. For the self-check, a throwaway config dir where the widgets extension is disabled
+if [ "$MODE" = "--broken" ]; then
+  [ $RC -eq 0 ] && echo "self-check ok: every check fails against its broken panel" \
+    || echo "SELF-CHECK FAILED: a check passed against a broken panel"
+  exit $RC
+fi
 if [ "$MODE" = "--no-widgets" ]; then
   export JUPYTER_CONFIG_DIR=$ROOT/.jupyter/config-no-widgets
   rm -rf "$JUPYTER_CONFIG_DIR"
@@ -72,11 +82,12 @@ lab_check() {  # lab_check ARTIFACTS_DIR
   local out=$1 port rc
   mkdir -p "$out"
   rm -rf "$WORK" && mkdir -p "$WORK" && cp "$ROOT/tests/browser/panels.ipynb" "$WORK/panels.ipynb"
+  cp "$ROOT/tests/browser/breaks.py" "$WORK/breaks.py"
   port=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   "$VENV/bin/jupyter" lab --no-browser --port "$port" --ip 127.0.0.1 --allow-root \
     --IdentityProvider.token='' --ServerApp.password='' --ServerApp.root_dir="$WORK" \
     --LabApp.app_settings_dir="$APP_SETTINGS" --LabApp.extension_manager=readonly \
-    --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+    --LabApp.expose_app_in_browser=True --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
     > "$out/jupyterlab.log" 2>&1 &
   LAB_PID=$!
   for _ in $(seq 1 240); do
@@ -93,27 +104,24 @@ lab_check() {  # lab_check ARTIFACTS_DIR
   return $rc
 }
 
-# 6. The check
+# 6. The check, once
+if [ "$MODE" = "--broken" ]; then
+  export GENLAB_BROKEN=${GENLAB_BROKEN:-all}
+fi
 set +e
 lab_check "$ARTIFACTS"
 RC=$?
-if [ "$MODE" = "normal" ] && [ $RC -ne 0 ]; then
-  # A second try on a fresh server decides (a real failure fails both); the first try's
-  # screenshots, console and server log stay in artifacts/browser/first-try/.
-  echo "browser check failed once; running it again on a fresh server"
-  rm -rf "$ARTIFACTS/first-try" && mkdir -p "$ARTIFACTS/first-try"
-  find "$ARTIFACTS" -maxdepth 1 -type f -exec mv {} "$ARTIFACTS/first-try/" \;
-  lab_check "$ARTIFACTS"
-  RC=$?
-fi
 set -e
 # 7. The demo app as Voila serves it (tests/browser/voila_check.py starts its own server)
-if [ "$MODE" = "normal" ] && [ $RC -eq 0 ]; then
-  "$VENV/bin/python" "$ROOT/tests/browser/voila_check.py" "$ARTIFACTS" \
-    || { echo "Voila check failed once; running it again"; \
-         "$VENV/bin/python" "$ROOT/tests/browser/voila_check.py" "$ARTIFACTS"; } || RC=$?
+if [ "$MODE" = "normal" ] && [ $RC -eq 0 ] && [ -z "${SKIP_VOILA:-}" ]; then
+  "$VENV/bin/python" "$ROOT/tests/browser/voila_check.py" "$ARTIFACTS" || RC=$?
 fi
 echo "browser test: $(( $(date +%s) - START )) s in all (rc $RC)"
+if [ "$MODE" = "--broken" ]; then
+  [ $RC -eq 0 ] && echo "self-check ok: every check fails against its broken panel" \
+    || echo "SELF-CHECK FAILED: a check passed against a broken panel"
+  exit $RC
+fi
 if [ "$MODE" = "--no-widgets" ]; then
   if [ $RC -eq 0 ]; then
     echo "SELF-CHECK FAILED: the check passed although the widgets extension was disabled"

@@ -1,0 +1,152 @@
+"""Deliberately broken panels, to show that every check of ui_check.py can fail.
+
+``GENLAB_BROKEN=all bash tests/browser/run.sh`` (or a comma-separated list of the names
+below) makes panels.ipynb apply these patches before it builds the panels; the check must
+then fail every check listed in ``FAILS`` (run.sh's ``--broken`` mode asserts it).
+Test-only: nothing in genlab imports this file.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: break -> the checks of ui_check.py it must make fail
+FAILS = {
+    "wrap": ["text wraps (real spaces, no overflow)"],
+    "raw": ["no raw values in tables", "no None cells"],
+    "overflow": ["nothing overflows at 768 px"],
+    "images": ["no broken images"],
+    "contrast": ["token text contrast >= 4.5"],
+    "busy": ["busy within 0.2 s of a click", "a click during Run is refused in words"],
+    "stop": ["Stop ends the Run"],
+    "force": ["a second forced word replaces the first whole"],
+    "queue": ["queued forced tokens shown and clearable"],
+    "seed": ["seed '2.5' refused in words"],
+    "messages": ["messages without file names, once"],
+    "zscore": ["one z-score per text"],
+    "keyboard": ["Tab reaches a group header", "Enter opens it", "focus visible"],
+    "live": ["slider changes the text", "typed prompt changes the text"],
+    "fork": ["fork adds a run"],
+    "zero": ["no probability-0 candidates"],
+    "console": ["no console errors"],
+}
+
+
+def requested() -> list[str]:
+    names = [n.strip() for n in os.environ.get("GENLAB_BROKEN", "").split(",") if n.strip()]
+    return list(FAILS) if names == ["all"] else names
+
+
+def apply() -> list[str]:
+    """Apply the requested breaks (before any panel module is imported); returns them."""
+    names = requested()
+    if not names:
+        return []
+    import genlab.widgets.base as base
+    import genlab.widgets.render as render
+
+    if "wrap" in names:
+        render.running_text = lambda tok: render.html.escape(tok.replace(" ", "\u2423"))
+        old_block = render.text_block
+        render.text_block = lambda *a, **k: old_block(*a, **k).replace(
+            "white-space:pre-wrap;overflow-wrap:anywhere;", "white-space:pre;"
+        )
+    if "raw" in names:
+        render.format_number = lambda value, digits=3: str(value)
+    if "overflow" in names:
+        base.scroll_box = lambda image: base.widgets.Box([image])
+        old_png = render.figure_png
+        render.figure_png = lambda fig, dpi=100: old_png(fig, dpi=200)
+    if "images" in names:
+        base.figure_image = lambda: base.widgets.Image(format="png")
+        old_show = render.show_figure
+
+        def show(image, fig, dpi=100):
+            png = old_show(image, fig, dpi)
+            image.layout.display = None
+            return png
+
+        render.show_figure = show
+    if "contrast" in names:
+        render.ink = lambda bg: "#000000"
+    if "seed" in names:
+        old_int = base.parse_int
+        base.parse_int = lambda text, name, low=None, high=None: old_int(
+            int(float(text)), name, low, high
+        )
+    if "messages" in names:
+        old_error = base.error_text
+        base.error_text = lambda err: old_error(err) + " (in start_run, live.py)"
+    if "keyboard" in names:
+        base.FOCUS_CSS = "<style></style>"
+    import genlab.widgets.config_panel as config_panel
+    import genlab.widgets.debugger as debugger
+    import genlab.widgets.explorers as explorers
+    import genlab.widgets.live as live
+    import genlab.widgets.playground as playground
+
+    if "keyboard" in names:
+        config_panel.FOCUS_CSS = "<style></style>"
+        old_init = config_panel.Sections.__init__
+
+        def init(self, *a, **k):
+            old_init(self, *a, **k)
+            for header in self.headers:
+                header.tabbable = False
+
+        config_panel.Sections.__init__ = init
+        config_panel.Sections.toggle = lambda self, index: None
+    if "busy" in names:
+        live.LiveView._busy = lambda self, on, note="": None
+        SD = debugger.StepDebugger
+
+        def click(self, fn, *args):  # no busy sign, no refusal: queued silently
+            self.defer_render = True
+            try:
+                self.guard(fn, *args)
+            finally:
+                self.defer_render = False
+
+        SD._click = click
+        SD.compute_busy_free = True
+    if "stop" in names:
+        debugger.StepDebugger.stop = lambda self: None
+    if "force" in names:
+        old_force = debugger.StepDebugger.force
+
+        def force(self, token):
+            self._forced_spans.clear()
+            return old_force(self, token)
+
+        debugger.StepDebugger.force = force
+    if "queue" in names:
+        old_draw = debugger.StepDebugger._draw
+
+        def draw(self):
+            old_draw(self)
+            self.forced_view.value = ""
+            self.clear_button.layout.display = "none"
+
+        debugger.StepDebugger._draw = draw
+    if "zscore" in names:
+        old_render = explorers.WatermarkExplorer.render
+
+        def render_z(self, data):
+            old_render(self, data)
+            self.status.value = self.status.value.replace("z = ", "z = 1")
+
+        explorers.WatermarkExplorer.render = render_z
+    if "live" in names:
+        live.LiveView.on_input = lambda self, change=None: None
+    if "fork" in names:
+        debugger.StepDebugger.fork = lambda self: self.run
+    if "zero" in names:
+        old_prob = render.prob_text
+        render.prob_text = lambda p: "0.000" if float(p) < 0.001 else old_prob(p)
+        debugger.prob_text = render.prob_text
+    if "console" in names:
+        from IPython.display import Javascript, display
+
+        display(Javascript("console.error('genlab deliberately broken')"))
+    playground.Playground  # noqa: B018  (imported after the patches)
+    return names
