@@ -19,6 +19,7 @@ import hashlib
 from pathlib import Path
 
 import torch
+from helpers import tiny_llama  # the tests' own tiny model (tests/ is on the path)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "contrastive_4_52_4.pt"
 
@@ -91,27 +92,6 @@ CASES = {
         dict(penalty_alpha=0.4, top_k=2, max_new_tokens=7, eos_token_id=None),
     ),
 }
-
-
-def tiny_llama(seed: int = 0, vocab: int = 96, **overrides):
-    """Same construction as tests/conftest.py's ``tiny_llama``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = dict(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    cfg.update(overrides)
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(**cfg)).eval()
 
 
 def weights_checksum(model) -> str:

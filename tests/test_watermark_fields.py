@@ -2,7 +2,10 @@
 ``validate()`` and the processors accept and refuse the same values; the detector and the
 SynthID scores refuse what they cannot score; SynthID keys as any sequence of ints.
 
-The property tests are bounded: 150 examples each, derandomized, no deadline.
+The property tests are bounded: 150 examples each, derandomized, no deadline. Each example
+has valid values in every field but up to two, drawn from anything (bounds, wrong kinds,
+int64 edges), so a refusal is the drawn field's; an extra rule in a processor alone fails
+them (checked by hand: ratio > 0.9, context_width > 4, bias < 0, ngram_len > 5, ...).
 """
 
 from __future__ import annotations
@@ -61,14 +64,28 @@ def _number(spec):
     return st.one_of(st.sampled_from(near or [0]), floats, ints, ODD_VALUES, BIG_INTS)
 
 
+# every field: (values that are valid, any value at all)
 GREENLIST_VALUES = {
-    "greenlist_ratio": _number(WATERMARK_FIELDS["greenlist_ratio"]),
-    "bias": _number(WATERMARK_FIELDS["bias"]),
-    "hashing_key": _number(WATERMARK_FIELDS["hashing_key"]),
-    "seeding_scheme": st.sampled_from(["lefthash", "selfhash", "midhash", "", None, 1]),
-    "context_width": _number(WATERMARK_FIELDS["context_width"]),
+    "greenlist_ratio": (
+        st.floats(min_value=0.01, max_value=0.99),
+        _number(WATERMARK_FIELDS["greenlist_ratio"]),
+    ),
+    "bias": (st.floats(min_value=-10, max_value=10), _number(WATERMARK_FIELDS["bias"])),
+    "hashing_key": (
+        st.integers(min_value=-INT64, max_value=INT64 - 1),
+        _number(WATERMARK_FIELDS["hashing_key"]),
+    ),
+    "seeding_scheme": (
+        st.sampled_from(["lefthash", "selfhash"]),
+        st.sampled_from(["lefthash", "selfhash", "midhash", "", None, 1]),
+    ),
+    "context_width": (
+        st.integers(min_value=1, max_value=8),
+        _number(WATERMARK_FIELDS["context_width"]),
+    ),
 }
 
+VALID_KEYS = st.lists(st.integers(min_value=0, max_value=INT64 - 1), min_size=1, max_size=4)
 KEYS = st.one_of(
     st.lists(st.integers(min_value=-(2**65), max_value=2**65), max_size=4),
     st.lists(st.integers(min_value=0, max_value=999), min_size=1, max_size=4).map(tuple),
@@ -76,19 +93,39 @@ KEYS = st.one_of(
     st.lists(st.integers(min_value=0, max_value=999), min_size=1, max_size=4).map(torch.tensor),
     st.sampled_from([[1.5], ["a"], "12", 7, None, [True], np.array([0.5])]),
 )
+FLAGS = st.sampled_from([True, False, 0, 1, None, "yes"])
 SYNTHID_VALUES = {
-    "ngram_len": _number(SYNTHID_FIELDS["ngram_len"]),
-    "keys": KEYS,
-    "context_history_size": _number(SYNTHID_FIELDS["context_history_size"]),
-    "sampling_table_seed": _number(SYNTHID_FIELDS["sampling_table_seed"]),
-    # the table is allocated: valid sizes stay small, the upper bound is probed from above
-    "sampling_table_size": st.one_of(
-        st.integers(min_value=-2, max_value=4096),
-        st.sampled_from([2**24 + 1, 2**25, 1.0, None, True]),
+    "ngram_len": (st.integers(min_value=2, max_value=8), _number(SYNTHID_FIELDS["ngram_len"])),
+    "keys": (VALID_KEYS, KEYS),
+    "context_history_size": (
+        st.integers(min_value=0, max_value=2048),
+        _number(SYNTHID_FIELDS["context_history_size"]),
     ),
-    "skip_first_ngram_calls": st.sampled_from([True, False, 0, 1, None, "yes"]),
-    "debug_mode": st.sampled_from([True, False, 0, 1, None, "no"]),
+    "sampling_table_seed": (
+        st.integers(min_value=-INT64, max_value=2**64 - 1),
+        _number(SYNTHID_FIELDS["sampling_table_seed"]),
+    ),
+    # the table is allocated: valid sizes stay small, the upper bound is probed from above
+    "sampling_table_size": (
+        st.integers(min_value=1, max_value=4096),
+        st.one_of(
+            st.integers(min_value=-2, max_value=4096),
+            st.sampled_from([2**24 + 1, 2**25, 1.0, None, True]),
+        ),
+    ),
+    "skip_first_ngram_calls": (st.booleans(), FLAGS),
+    "debug_mode": (st.booleans(), FLAGS),
 }
+
+
+@st.composite
+def settings_dicts(draw, table):
+    """Valid values for every field, then up to two fields (of any) replaced by any value:
+    each example probes a field while the others are valid, so a refusal is that field's."""
+    values = {name: draw(valid) for name, (valid, _) in table.items()}
+    for name in draw(st.lists(st.sampled_from(sorted(table)), max_size=2, unique=True)):
+        values[name] = draw(table[name][1])
+    return values
 
 
 def _accepts(fn) -> bool:
@@ -127,28 +164,34 @@ def test_every_default_is_the_tables():
                 assert default == spec.default, (proc.__name__, name)
 
 
+def assert_all_agree(values, config_class, make_processor):
+    """The small config's validate(), GenerationConfig, the processor and
+    watermark_processor all accept ``values``, or all refuse them."""
+    verdicts = {
+        "validate": _accepts(config_class(**values).validate),
+        "GenerationConfig": _accepts(lambda: GenerationConfig(watermarking_config=dict(values))),
+        "processor": _accepts(lambda: make_processor(values)),
+        "watermark_processor": _accepts(lambda: watermark_processor(values, vocab_size=VOCAB)),
+    }
+    assert len(set(verdicts.values())) == 1, (values, verdicts)
+
+
 @PROPERTY
-@given(st.fixed_dictionaries(GREENLIST_VALUES))
+@given(settings_dicts(GREENLIST_VALUES))
 def test_greenlist_validate_and_processor_agree(values):
-    config = WatermarkingConfig(**values)
-    by_config = _accepts(config.validate)
-    by_generation_config = _accepts(lambda: GenerationConfig(watermarking_config=dict(values)))
-    by_processor = _accepts(lambda: WatermarkLogitsProcessor(VOCAB, "cpu", **values))
-    by_builder = _accepts(lambda: watermark_processor(values, vocab_size=VOCAB))
-    assert by_config == by_generation_config == by_processor == by_builder, values
+    assert_all_agree(
+        values, WatermarkingConfig, lambda v: WatermarkLogitsProcessor(VOCAB, "cpu", **v)
+    )
 
 
 @PROPERTY
-@given(st.fixed_dictionaries(SYNTHID_VALUES))
+@given(settings_dicts(SYNTHID_VALUES))
 def test_synthid_validate_and_processor_agree(values):
-    config = SynthIDTextWatermarkingConfig(**values)
-    by_config = _accepts(config.validate)
-    by_generation_config = _accepts(lambda: GenerationConfig(watermarking_config=dict(values)))
-    by_processor = _accepts(
-        lambda: SynthIDTextWatermarkLogitsProcessor(**values, device="cpu")  # noqa: B023
+    assert_all_agree(
+        values,
+        SynthIDTextWatermarkingConfig,
+        lambda v: SynthIDTextWatermarkLogitsProcessor(**v, device="cpu"),
     )
-    by_builder = _accepts(lambda: watermark_processor(values, vocab_size=VOCAB))
-    assert by_config == by_generation_config == by_processor == by_builder, values
 
 
 @pytest.mark.parametrize(
