@@ -23,7 +23,8 @@ import time
 
 import pytest
 import torch
-from test_loading import tiny_gpt2, tiny_llama, train_bpe
+from helpers import tiny_gpt2, tiny_llama
+from test_loading import train_bpe
 
 import genlab
 from genlab.inside import as_sequence
@@ -53,7 +54,7 @@ def write_demo_copy(folder):
     from genlab.models.gguf import find_demo_gguf, gguf_tokenizer, open_reader
 
     tok = gguf_tokenizer(open_reader(find_demo_gguf()))
-    model = tiny_llama(49152, seed=3, pad_token_id=None, bos_token_id=1, eos_token_id=2)
+    model = tiny_llama(seed=3, vocab=49152, pad_token_id=None, bos_token_id=1, eos_token_id=2)
     model.save_pretrained(folder)
     tok.backend_tokenizer.save(str(folder / "tokenizer.json"))
     config = {
@@ -75,8 +76,8 @@ def padless(tmp_path_factory):
     tok = padless_bpe_tokenizer()
     vocab = len(tok) + 4
     models = {
-        "gpt2": tiny_gpt2(vocab),
-        "llama": tiny_llama(vocab, pad_token_id=None),
+        "gpt2": tiny_gpt2(vocab=vocab),
+        "llama": tiny_llama(vocab=vocab, pad_token_id=None),
     }
     for name, model in models.items():
         model.save_pretrained(root / name)
