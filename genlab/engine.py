@@ -162,9 +162,14 @@ class Run:
     raises a RuntimeError naming the hook point, except :meth:`fork` and :attr:`output`
     from a ``step_end`` or ``finish`` hook, where the step has committed.
 
-    >>> run = lm.start("Once upon a time", do_sample=True, seed=0)   # doctest: +SKIP
-    >>> run.step(); run.config.top_k = 5; run.step(); run.rewind(1)  # doctest: +SKIP
-    >>> run.force(" dragon"); run.step().text                        # doctest: +SKIP
+    >>> run = lm.start("Once upon a time", do_sample=True, seed=0)
+    >>> run.step(); run.config.top_k = 5; run.step(); run.rewind(1)
+    Step(0, tokens=[','], logprobs=[-0.062], finished=False)
+    Step(1, tokens=['␣there'], logprobs=[-2.002], finished=False)
+    Run(sample, step=1, rows=1, running)
+    >>> run.force(" dragon"); run.step().text
+    Run(sample, step=1, rows=1, running)
+    [' dragon']
     """
 
     def __init__(
@@ -385,7 +390,9 @@ class Run:
         already generated is refused; raised on a run that ended by length, the run goes
         on (its last step is computed again under the new limit).
 
-        >>> run.set(top_k=5, temperature=0.7)   # doctest: +SKIP
+        >>> run = lm.start("Once upon a time", do_sample=True, seed=0)
+        >>> run.set(top_k=5, temperature=0.7)
+        Run(sample, step=0, rows=1, running)
         """
         with self._exclusive("set"):
             before = copy.deepcopy(self.config)
@@ -985,7 +992,9 @@ def start(model, inputs=None, **kwargs) -> Run:
     """Create a steppable :class:`Run` of ``model`` on the prompt ``inputs`` (the other
     arguments are those of :func:`generate`, plus ``trace``, ``seed``, ``keep_history``).
 
-    >>> run = genlab.start(model, ids, do_sample=True, seed=0, keep_history=True)  # doctest: +SKIP
+    >>> ids, mask = lm.encode("Once upon a time")          # lm: genlab.load("demo")
+    >>> genlab.start(lm.model, ids, attention_mask=mask, do_sample=True, seed=0, keep_history=True)
+    Run(sample, step=0, rows=1, running)
     """
     return Run(model, input_ids=_prompt(inputs, kwargs), **kwargs)
 
@@ -1023,7 +1032,9 @@ def generate(
     Returns a LongTensor (rows, length), or with ``return_dict_in_generate=True`` an output
     object with the reference's field names (sequences, scores, logits, ...).
 
-    >>> out = generate(model, input_ids=ids, max_new_tokens=5)   # doctest: +SKIP
+    >>> ids, mask = lm.encode("Once upon a time")          # lm: genlab.load("demo")
+    >>> generate(lm.model, input_ids=ids, attention_mask=mask, max_new_tokens=5)
+    tensor([[ 6403,  1980,   253,   655,    28,   260,  2240,   282, 23324]])
     """
     if custom_generate is not None:
         if not callable(custom_generate):

@@ -21,7 +21,7 @@ ranges.
 The package's modules, lowest first:
 
 * :mod:`~genlab.watermark.params` -- the shared parameters, read from any config, checked;
-* :mod:`~genlab.watermark.greenlist` -- the green list and its processor;
+* :mod:`~genlab.watermark.kgw` -- the green list and its processor (Kirchenbauer et al.: KGW);
 * :mod:`~genlab.watermark.synthid` -- SynthID's g-values, processor and scores;
 * :mod:`~genlab.watermark.build` -- the processor a config asks for;
 * :mod:`~genlab.watermark.detection` -- z-scores, p-values, the detector;
@@ -53,7 +53,7 @@ from .detection import (
     running_z_scores,
     z_score,
 )
-from .greenlist import (
+from .kgw import (
     WatermarkLogitsProcessor,
     biased_token_ids,
     green_token_mask,

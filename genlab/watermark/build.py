@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from .greenlist import WatermarkLogitsProcessor
+from .kgw import WatermarkLogitsProcessor
 from .params import greenlist_params, is_synthid_config, synthid_params
 from .synthid import SynthIDTextWatermarkLogitsProcessor
 

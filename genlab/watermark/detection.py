@@ -5,7 +5,7 @@ The detector recomputes the green lists of a text and counts its green tokens:
 them green, with ``gamma = greenlist_ratio`` (transformers 4.56.2's numbers).
 
 >>> float(z_score(10, 20, 0.25).round(3))
-3.651
+2.582
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from ..checks import check_int
-from .greenlist import _ngram_prefix, _position_ngrams, scoring_window, token_is_green
+from .kgw import _ngram_prefix, _position_ngrams, scoring_window, token_is_green
 from .params import as_token_ids, check_ids_in_vocab, check_vocab_size, greenlist_params
 
 

@@ -17,7 +17,7 @@ from ..checks import check_int
 from ..tokens import token_text
 from .build import watermark_processor
 from .detection import WatermarkDetector, z_score
-from .greenlist import WatermarkLogitsProcessor, green_token_mask
+from .kgw import WatermarkLogitsProcessor, green_token_mask
 from .params import as_token_ids, check_ids_in_vocab, greenlist_params, synthid_params
 from .synthid import _default_synthid_mask, synthid_gvalues
 
