@@ -33,6 +33,11 @@ from .checks import is_int
 
 #: keys of a tokenizer's output that a decoder-only prompt may carry
 PROMPT_KEYS = ("input_ids", "attention_mask")
+#: said when a tokenizer's output carries token_type_ids (its model_input_names list them)
+TOKEN_TYPES_HINT = (
+    " (genlab's models take no token_type_ids: tokenize with return_token_type_ids=False, "
+    "or enc.pop('token_type_ids'))"
+)
 #: dtypes the built-in decoders accept as token ids (converted to int64 here)
 ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
 
@@ -59,6 +64,7 @@ def prompt_from_mapping(input_ids: Any, attention_mask: Any) -> tuple[Any, Any]:
             f"the prompt mapping has keys {other} besides input_ids / attention_mask: a "
             "decoder-only prompt is token ids and their mask; pass other model inputs as "
             "keyword arguments of generate(), or drop them"
+            + (TOKEN_TYPES_HINT if "token_type_ids" in other else "")
         )
     if attention_mask is not None and "attention_mask" in keys:
         raise ValueError(

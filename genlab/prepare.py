@@ -18,7 +18,7 @@ import warnings
 import torch
 
 from .ids import as_ids, check_ids, eos_list
-from .inputs import check_generated_length, prompt_ids
+from .inputs import TOKEN_TYPES_HINT, check_generated_length, prompt_ids
 from .state import Given, Plan
 from .strategies import strategy_for
 
@@ -83,6 +83,7 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, token
         raise ValueError(
             f"unknown generate() arguments: {', '.join(sorted(unused))}. They are neither "
             "GenerationConfig fields nor model inputs (input_ids, attention_mask, tokenizer)."
+            + (TOKEN_TYPES_HINT if "token_type_ids" in unused else "")
         )
     ids = as_ids(prompt_ids(input_ids, "input_ids"), "input_ids")
     if ids is None:

@@ -257,6 +257,12 @@ def test_prompt_keywords_given_twice_or_alone_say_what_to_do(padless):
         lm.generate(enc, attention_mask=enc["attention_mask"], max_new_tokens=2)
     with pytest.raises(ValueError, match="numpy array of float64"):
         lm.generate(input_ids=enc["input_ids"].numpy().astype("float64"), max_new_tokens=2)
+    # a tokenizer whose model_input_names list token_type_ids: refused with what to do
+    typed = {**enc, "token_type_ids": torch.zeros_like(enc["input_ids"])}
+    with pytest.raises(ValueError, match=r"token_type_ids.*return_token_type_ids=False"):
+        lm.generate(**typed, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"token_type_ids.*return_token_type_ids=False"):
+        lm.generate(typed, max_new_tokens=2)
 
 
 # ------------------------------------------------------------- 15: absurd config.json sizes
