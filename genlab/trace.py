@@ -12,7 +12,10 @@ so the tables below are cheap views:
 * :meth:`Trace.transition_scores` -- equal to ``compute_transition_scores``;
 * :meth:`Trace.stage_summary` -- per step, the probability mass each processor removed.
 
-Beam strategies add their candidates through ``Selection.info["candidates"]``.
+Strategies hand over their own step data as typed values (:mod:`genlab.stepdata`): beam
+strategies every candidate (:class:`~genlab.stepdata.BeamStep`), assisted decoding its
+draft (:class:`~genlab.stepdata.AssistedStep`: the trace keeps one record per accepted
+token, with the draft it came from), contrastive search and DoLa theirs.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 import torch
 
+from .stepdata import FATES, SOURCES, BeamStep, StepData
 from .tokens import shown
 
 
@@ -49,6 +53,14 @@ class StageRecord:
 
 @dataclass
 class StepRecord:
+    """One generated token per row: the stages it went through and what was chosen.
+
+    step: the engine step; position: the token's place among the tokens that step added
+    (assisted decoding adds several; 0 otherwise); chosen_for_row: the token chosen from
+    each row before the step (-1: none; for a beam row with several children, the best
+    one); info: the strategy's typed step data (:mod:`genlab.stepdata`), or None.
+    """
+
     step: int
     tokens: torch.LongTensor  # (rows,) chosen, in the order of the rows *after* the step
     parents: torch.LongTensor | None
@@ -56,7 +68,8 @@ class StepRecord:
     stages: list[StageRecord]
     forced: bool
     finished: bool
-    info: dict[str, Any] = field(default_factory=dict)
+    info: StepData | None = None
+    position: int = 0
 
 
 class Tracer:
@@ -74,7 +87,9 @@ class Tracer:
         self.run = run
         self.top_k = int(top_k)
         self.record_stages = stages
-        self._current: list[tuple[str, torch.Tensor]] = []
+        # the stages seen so far in this step, one list per token position
+        self._current: list[list[tuple[str, torch.Tensor]]] = []
+        self._current_step: int | None = None
         self.steps: list[StepRecord] = []
 
     # -- observing the hook points -------------------------------------------------------
@@ -98,27 +113,42 @@ class Tracer:
         ]
 
     def on_logits(self, step: int, logits: torch.Tensor) -> None:
-        """A step begins: its raw logits (rows, vocab) are the first stage."""
-        self._current = [("raw", logits)]
+        """A token position begins: its raw logits (rows, vocab) are the first stage. The
+        first of a step starts the step; assisted decoding shows one per drafted token."""
+        if self._current_step != step:
+            self._current, self._current_step = [], step
+        self._current.append([("raw", logits)])
 
     def on_stage(self, step: int, name: str, scores: torch.Tensor) -> None:
         """The scores after the stage ``name`` (a processor, DoLa, or "final")."""
-        if self.record_stages or name == "final":
-            self._current.append((name, scores))
+        if self._current and (self.record_stages or name == "final"):
+            self._current[-1].append((name, scores))
 
     def on_step_end(self, step: int, record) -> None:
-        """Summarise the stages seen since :meth:`on_logits` with the step's record."""
-        rows = self._current[0][1].shape[0]
+        """Summarise the stages seen since :meth:`on_logits` with the step's record: one
+        :class:`StepRecord` per token the step added."""
+        groups, self._current, self._current_step = self._current, [], None
+        tokens = record.tokens if record.tokens.dim() == 2 else record.tokens[:, None]
+        for position in range(tokens.shape[1]):
+            stages = groups[min(position, len(groups) - 1)]
+            if stages[-1][0] != "final":  # positions the engine did not score itself
+                stages = [*stages, ("final", stages[-1][1])]
+            last = position == tokens.shape[1] - 1
+            self._record(step, position, tokens[:, position], stages, record, last)
+
+    def _record(self, step, position, tokens, current, record, last: bool) -> None:
+        rows = current[0][1].shape[0]
         parents = record.parents
-        tokens = record.tokens if record.tokens.dim() == 1 else record.tokens[:, 0]
         chosen = torch.full((rows,), -1, dtype=torch.long)
         if parents is None:
             chosen = tokens.detach().cpu().clone()
         else:
-            # each surviving row records the token it got from its parent
-            chosen[parents.cpu()] = tokens.cpu()
+            # each parent row records the token of its best child (the first: new rows
+            # are in score order)
+            for r in reversed(range(len(parents))):
+                chosen[int(parents[r])] = int(tokens[r])
         stages, raw_probs, prev, last = [], None, None, None
-        for name, s in self._current:
+        for name, s in current:
             if last is not None and s is last:  # the same scores ("final" after the last
                 # processor, or after the raw logits): nothing changed, nothing removed
                 stage = dataclasses.replace(
@@ -138,11 +168,11 @@ class Tracer:
                 chosen_for_row=chosen,
                 stages=stages,
                 forced=record.forced,
-                finished=record.finished,
-                info=dict(record.info or {}),
+                finished=record.finished and last,
+                info=record.info,
+                position=position,
             )
         )
-        self._current = []
 
     def _summarise(self, name, scores, chosen, raw_probs=None, prev=None):
         """The StageRecord of one stage, and its probabilities (for the stages after it).
@@ -188,7 +218,7 @@ class Tracer:
         other = copy.copy(self)
         other.run = run
         other.steps = list(self.steps)
-        other._current = []
+        other._current, other._current_step = [], None
         return other
 
     @property
@@ -297,7 +327,12 @@ class Trace:
 
     def steps(self, row: int = 0, alternatives: int = 3) -> pd.DataFrame:
         """One row per generated token of ``row``: the chosen token under the final scores,
-        its log-prob, prob, rank, the entropy, and the top alternatives."""
+        its log-prob, prob, rank, the entropy, and the top alternatives.
+
+        In a finished beam search, ``row`` is a returned sequence (an output row): each
+        step shows the token that sequence took, from the beam it came from."""
+        if self.records and isinstance(self.records[0].info, BeamStep) and self.returned_nodes():
+            return self._returned_steps(row, alternatives)
         out = []
         for rec in self.records:
             final, raw = rec.stages[-1], rec.stages[0]
@@ -325,6 +360,45 @@ class Trace:
                     "entropy": float(final.entropy[row]),
                     "raw_logprob": float(raw.chosen_logprobs[row]),
                     "raw_entropy": float(raw.entropy[row]),
+                    "forced": rec.forced,
+                    "top": ", ".join(alts),
+                }
+            )
+        return pd.DataFrame(out)
+
+    def _returned_steps(self, row: int, alternatives: int) -> pd.DataFrame:
+        """:meth:`steps` of a beam search: the path of returned sequence ``row``."""
+        path = self.returned_path(row)
+        by_step = {rec.step: rec for rec in self.records}
+        num_beams = int(self.run.gen_config.num_beams)
+        out = []
+        for node in path.itertuples():
+            rec = by_step[int(node.step)]
+            final, raw = rec.stages[-1], rec.stages[0]
+            parent = int(node.batch) * num_beams + int(node.parent_beam)  # the row it extends
+            tid = int(node.token_id)
+            top = final.top_ids[parent].tolist()
+            alts = [
+                f"{self.token_text(i)} {p:.3f}"
+                for i, p in zip(
+                    top[:alternatives],
+                    final.top_logprobs[parent, :alternatives].exp().tolist(),
+                    strict=True,
+                )
+            ]
+            lp = float(node.token_logprob)
+            out.append(
+                {
+                    "step": int(node.step),
+                    "token_id": tid,
+                    "token": self.token_text(tid),
+                    "logprob": lp,
+                    "prob": math.exp(lp),
+                    "rank": top.index(tid) if tid in top else None,
+                    "entropy": float(final.entropy[parent]),
+                    "parent_beam": int(node.parent_beam),
+                    "score": float(node.score),
+                    "raw_entropy": float(raw.entropy[parent]),
                     "forced": rec.forced,
                     "top": ", ".join(alts),
                 }
@@ -396,7 +470,7 @@ class Trace:
 
     # -- beam search views ---------------------------------------------------------------
     def _beam_records(self) -> list[StepRecord]:
-        recs = [r for r in self.records if "candidates" in (r.info or {})]
+        recs = [r for r in self.records if isinstance(r.info, BeamStep)]
         if not recs:
             raise ValueError(
                 "this trace has no beam candidates: trace a beam search (num_beams > 1) "
@@ -436,28 +510,26 @@ class Trace:
         >>> tree = out.trace.beam_tree()                   # doctest: +SKIP
         >>> tree[tree.fate == "finished"].nlargest(3, "normalized_score")  # doctest: +SKIP
         """
-        from .strategies.beam import FATES, SOURCES
-
         frames = []
         for rec in self._beam_records():
-            c = rec.info["candidates"]
+            c = rec.info.candidates
             frame = pd.DataFrame(
                 {
                     "step": rec.step,
-                    "batch": c["batch"].numpy(),
-                    "node": c["node"].numpy(),
-                    "parent_node": c["parent_node"].numpy(),
-                    "parent_beam": c["parent"].numpy(),
-                    "rank": c["rank"].numpy(),
-                    "token_id": c["token"].numpy(),
-                    "token_logprob": c["token_logprob"].float().numpy(),
-                    "score": c["score"].float().numpy(),
-                    "normalized_score": c["normalized"].float().numpy(),
-                    "fate": [FATES[i] for i in c["fate"].tolist()],
-                    "source": [SOURCES[i] for i in c["source"].tolist()],
-                    "group": c["group"].numpy(),
-                    "beam": c["beam"].numpy(),
-                    "slot": c["slot"].numpy(),
+                    "batch": c.batch.numpy(),
+                    "node": c.node.numpy(),
+                    "parent_node": c.parent_node.numpy(),
+                    "parent_beam": c.parent.numpy(),
+                    "rank": c.rank.numpy(),
+                    "token_id": c.token.numpy(),
+                    "token_logprob": c.token_logprob.float().numpy(),
+                    "score": c.score.float().numpy(),
+                    "normalized_score": c.normalized.float().numpy(),
+                    "fate": [FATES[i].value for i in c.fate.tolist()],
+                    "source": [SOURCES[i].value for i in c.source.tolist()],
+                    "group": c.group.numpy(),
+                    "beam": c.beam.numpy(),
+                    "slot": c.slot.numpy(),
                 }
             )
             frames.append(frame)
@@ -504,41 +576,19 @@ class Trace:
         score (length-normalised), length (generated tokens), text, node."""
         out = []
         for rec in self._beam_records():
-            pool = rec.info.get("pool") or {}
-            if "entries" in pool:  # group / constrained: lists of finished hypotheses
-                for slot, e in enumerate(pool["entries"]):
-                    out.append(
-                        {
-                            "step": rec.step,
-                            "batch": e["batch"],
-                            "group": e["group"],
-                            "slot": slot,
-                            "score": e["score"],
-                            "length": len(e["tokens"]),
-                            "text": self._join(e["tokens"]),
-                            "node": e["node"],
-                        }
-                    )
-                continue
-            B, n = pool["score"].shape
-            for b in range(B):
-                for slot in range(n):
-                    if not bool(pool["finished"][b, slot]):
-                        continue
-                    length = int(pool["length"][b, slot])
-                    toks = pool["tokens"][b, slot, :length].tolist()
-                    out.append(
-                        {
-                            "step": rec.step,
-                            "batch": b,
-                            "group": 0,
-                            "slot": slot,
-                            "score": float(pool["score"][b, slot]),
-                            "length": length,
-                            "text": self._join(toks),
-                            "node": int(pool["node"][b, slot]),
-                        }
-                    )
+            for e in rec.info.pool:
+                out.append(
+                    {
+                        "step": rec.step,
+                        "batch": e.batch,
+                        "group": e.group,
+                        "slot": e.slot,
+                        "score": e.score,
+                        "length": len(e.tokens),
+                        "text": self._join(list(e.tokens)),
+                        "node": e.node,
+                    }
+                )
         cols = ["step", "batch", "group", "slot", "score", "length", "text", "node"]
         table = pd.DataFrame(out, columns=cols)
         if batch is not None:
@@ -551,36 +601,26 @@ class Trace:
         could still reach, the worst finished hypothesis and whether search goes on."""
         out = []
         for rec in self._beam_records():
-            es = rec.info.get("early_stop") or {}
-            if "best_possible" in es:
-                for b in range(len(es["best_possible"])):
-                    out.append(
-                        {
-                            "step": rec.step,
-                            "batch": b,
-                            "rule": es["rule"],
-                            "generated_length": es["generated_length"],
-                            "best_running": float(es["best_running"][b]),
-                            "best_possible": float(es["best_possible"][b]),
-                            "worst_finished": float(es["worst_finished"][b]),
-                            "n_finished": int(es["n_finished"][b]),
-                            "improvable": bool(es["still_open"][b]),
-                            "done": es["done"],
-                        }
+            es = rec.info.early_stop
+            for b in range(len(es.input_done)):
+                row = {
+                    "step": rec.step,
+                    "batch": b,
+                    "rule": es.rule,
+                    "generated_length": es.generated_length,
+                }
+                if es.best_possible is not None:
+                    row.update(
+                        best_running=float(es.best_running[b]),
+                        best_possible=float(es.best_possible[b]),
+                        worst_finished=float(es.worst_finished[b]),
+                        n_finished=int(es.n_finished[b]),
+                        improvable=bool(es.improvable[b]),
                     )
-            else:
-                flags = es.get("done_groups", es.get("done_inputs"))
-                for b in range(len(flags)):
-                    out.append(
-                        {
-                            "step": rec.step,
-                            "batch": b,
-                            "rule": es["rule"],
-                            "generated_length": es["generated_length"],
-                            "input_done": bool(flags[b].all()),
-                            "done": es["done"],
-                        }
-                    )
+                else:
+                    row["input_done"] = bool(es.input_done[b])
+                row["done"] = es.done
+                out.append(row)
         return pd.DataFrame(out)
 
     def _join(self, token_ids: list[int]) -> str:

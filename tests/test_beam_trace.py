@@ -12,6 +12,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import genlab
+from genlab.stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from genlab.plots.beam import RETURNED, STYLE, beam_tree
 
 OUT = dict(return_dict_in_generate=True, output_scores=True)
@@ -121,9 +122,11 @@ def test_candidates_hook_and_no_payload_without_listeners(hf_llama, padded_batch
         record = run.step()
     assert [s for s, _ in seen] == [1]
     payload = seen[0][1]
-    assert record.info is payload and payload["kind"] == "beam_search"
-    assert payload["candidates"]["token"].shape == (2 * 2 * 3,)
-    assert set(payload) == {"kind", "candidates", "pool", "early_stop"}
+    assert record.info is payload and payload.kind == "beam_search"
+    assert payload.candidates.token.shape == (2 * 2 * 3,)
+    assert isinstance(payload, BeamStep) and isinstance(payload.candidates, BeamCandidates)
+    assert all(isinstance(e, PoolEntry) for e in payload.pool)
+    assert isinstance(payload.early_stop, EarlyStop)
 
 
 @pytest.mark.parametrize(
@@ -192,7 +195,7 @@ def _done_groups_after(trace):
     """{(batch, group): first step after which it is done}"""
     done = {}
     for rec in trace._beam_records():
-        for b, flags in enumerate(rec.info["early_stop"]["done_groups"].tolist()):
+        for b, flags in enumerate(rec.info.early_stop.group_done.tolist()):
             for g, flag in enumerate(flags):
                 if flag:
                     done.setdefault((b, g), rec.step)

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from ..models.base import ModelOutput
+from ..stepdata import AssistedStep, DraftSource
 from .base import Selection
 from .sampling import TokenByToken
 
@@ -420,6 +421,7 @@ class AssistedDecoding(TokenByToken):
         n, cur, raw, candidates = p["n"], p["cur"], p["raw"], p["candidates"]
         processed = [scores]
         for i in range(1, n + 1):
+            ctx.notify("logits", raw[:, i])  # observers (the trace) see every position
             processed.append(ctx.process(candidates[:, : cur + i], raw[:, i].clone()))
         new_scores = torch.stack(processed, dim=1)  # (1, n + 1, vocab)
         drafted = candidates[:, cur:]
@@ -440,16 +442,14 @@ class AssistedDecoding(TokenByToken):
         ctx.cache.crop(cur + n_matches)  # drop rejected positions (the last token is fed next)
         self.drafter.adapt(n_matches, n)
         kept = n_matches + 1
-        info = {
-            "assisted": {
-                "drafter": self.drafter.name,
-                "num_assistant_tokens": p["budget"],
-                "drafted": drafted[0].tolist(),
-                "accepted": n_matches,
-                "rejected": drafted[0, n_matches:].tolist(),
-                "added": tokens[0].tolist(),
-            }
-        }
+        info = AssistedStep(
+            source=DraftSource(self.drafter.name),
+            num_assistant_tokens=p["budget"],
+            drafted=tuple(drafted[0].tolist()),
+            accepted=n_matches,
+            rejected=tuple(drafted[0, n_matches:].tolist()),
+            added=tuple(tokens[0].tolist()),
+        )
         self.pending = None
         return Selection(
             tokens,
@@ -462,16 +462,16 @@ class AssistedDecoding(TokenByToken):
         p = self.pending
         ctx.cache.crop(p["cur"])
         self.pending = None
-        info = {
-            "assisted": {
-                "drafter": self.drafter.name,
-                "num_assistant_tokens": p["budget"],
-                "drafted": p["candidates"][0, p["cur"] :].tolist(),
-                "accepted": 0,
-                "rejected": p["candidates"][0, p["cur"] :].tolist(),
-                "added": [int(token_id)],
-            }
-        }
+        drafted = tuple(p["candidates"][0, p["cur"] :].tolist())
+        info = AssistedStep(
+            source=DraftSource(self.drafter.name),
+            num_assistant_tokens=p["budget"],
+            drafted=drafted,
+            accepted=0,
+            rejected=drafted,
+            added=(int(token_id),),
+            forced=True,
+        )
         return Selection(super().force(ctx, scores, token_id).tokens, info=info)
 
     def update(self, ctx, selection: Selection) -> None:
@@ -501,21 +501,26 @@ def assisted_table(steps: Any):
     import pandas as pd
 
     rows = []
+    seen = set()
     for rec in getattr(steps, "records", steps):
-        info = (getattr(rec, "info", None) or {}).get("assisted")
-        if info is None:
+        info = getattr(rec, "info", None)
+        if not isinstance(info, AssistedStep):
             continue
+        step = getattr(rec, "step", getattr(rec, "index", None))
+        if step in seen:  # a trace keeps one record per accepted token
+            continue
+        seen.add(step)
         rows.append(
             {
-                "step": getattr(rec, "step", getattr(rec, "index", None)),
-                "drafter": info["drafter"],
-                "num_assistant_tokens": info["num_assistant_tokens"],
-                "n_drafted": len(info["drafted"]),
-                "n_accepted": info["accepted"],
-                "n_added": len(info["added"]),
-                "drafted": info["drafted"],
-                "rejected": info["rejected"],
-                "added": info["added"],
+                "step": step,
+                "drafter": info.source.value,
+                "num_assistant_tokens": info.num_assistant_tokens,
+                "n_drafted": len(info.drafted),
+                "n_accepted": info.accepted,
+                "n_added": len(info.added),
+                "drafted": list(info.drafted),
+                "rejected": list(info.rejected),
+                "added": list(info.added),
             }
         )
     return pd.DataFrame(

@@ -16,7 +16,7 @@ One step for every input ``b`` of the batch and its ``num_beams`` running beams:
 
 Everything is a tensor over (batch, beams) or (batch, K); there is no per-beam Python loop.
 With ``trace=True`` (or a ``beam.candidates`` hook) every candidate is reported with its
-fate, see :func:`candidate_payload`; the hook observes (its return value is ignored).
+fate (a :class:`~genlab.stepdata.BeamStep`); the hook observes (its return value is ignored).
 
 Steering: ``ctx.force(token)`` extends every running beam with the token (see
 :meth:`BeamSearch.force`); ``length_penalty``, ``early_stopping`` and ``max_length`` may
@@ -38,16 +38,13 @@ from typing import Any, ClassVar
 import torch
 
 from ..ids import config_eos
+from ..stepdata import FATES, BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection, Strategy
 
 #: a very negative score: "this beam must not continue / this slot is empty"
 NEG = -1.0e9
-#: what can happen to a candidate the search scored (the ``fate`` column of the beam tree)
-FATES = ("kept", "finished", "rejected", "pruned", "diversity", "constraint")
+#: the integer codes of the candidate fates (genlab.stepdata.CandidateFate, in FATES order)
 KEPT, FINISHED, REJECTED, PRUNED, DIVERSITY, CONSTRAINT = range(len(FATES))
-#: where a candidate came from: the search's own top-K, a constraint's proposal, or the
-#: top-K the group would have had without the diversity penalty
-SOURCES = ("search", "constraint", "unpenalized")
 
 
 # ----------------------------------------------------------------------------------------
@@ -79,7 +76,7 @@ def is_listening(ctx) -> bool:
     return ctx.listening("beam.candidates")
 
 
-def publish(ctx, payload: dict[str, Any]) -> dict[str, Any]:
+def publish(ctx, payload: BeamStep) -> BeamStep:
     """Fire the ``beam.candidates`` hook (observe only) and return the payload."""
     ctx.emit("beam.candidates", payload)
     return payload
@@ -88,21 +85,6 @@ def publish(ctx, payload: dict[str, Any]) -> dict[str, Any]:
 def stop_flags(ctx, sequences: torch.LongTensor) -> torch.BoolTensor:
     """The stopping criteria on ``sequences`` (rows, len) as a (rows,) bool tensor."""
     return ctx.stop(sequences)
-
-
-def candidate_payload(**columns) -> dict[str, torch.Tensor]:
-    """The candidates of one step as flat columns (one entry per candidate), on the CPU.
-
-    Columns: batch, rank, parent (beam within the input), parent_node, node, token,
-    token_logprob (the processed log-prob of the token), score (accumulated),
-    normalized (score / generated_length ** length_penalty), fate (index into FATES),
-    source (index into SOURCES), group (beam group, 0 outside group beam search),
-    beam (new beam index or -1), slot (pool slot or -1).
-    """
-    return {
-        name: torch.as_tensor(value).detach().reshape(-1).cpu().clone()
-        for name, value in columns.items()
-    }
 
 
 def _gather_rows(x: torch.Tensor, index: torch.LongTensor) -> torch.Tensor:
@@ -387,7 +369,7 @@ class BeamSearch(Strategy):
         best_possible,
         worst,
         generated,
-    ) -> dict[str, Any]:
+    ) -> BeamStep:
         B, n = self.batch_size, self.num_beams
         k = values.shape[1]
         dev = values.device
@@ -408,9 +390,9 @@ class BeamSearch(Strategy):
         fate[slot >= 0] = FINISHED
         beam[~kept] = -1
         token_logprob = scores[rows.reshape(-1), tokens.reshape(-1)].view(B, k)
-        payload = {
-            "kind": self.mode,
-            "candidates": candidate_payload(
+        return BeamStep(
+            kind=self.mode,
+            candidates=BeamCandidates.of(
                 batch=torch.arange(B, device=dev)[:, None].expand(B, k),
                 rank=ks.expand(B, k),
                 parent=parents,
@@ -426,30 +408,40 @@ class BeamSearch(Strategy):
                 beam=beam,
                 slot=slot,
             ),
-            "pool": self._pool_view(),
-            "early_stop": {
-                "rule": self.config.early_stopping,
-                "length_penalty": float(self.config.length_penalty),
-                "generated_length": generated,
-                "best_running": self.running_scores[:, 0].detach().cpu().clone(),
-                "best_possible": best_possible[:, 0].detach().cpu().clone(),
-                "worst_finished": worst.min(dim=1)[0].detach().cpu().clone(),
-                "n_finished": self.pool_finished.sum(dim=1).cpu(),
-                "still_open": self.still_open[:, 0].cpu().clone(),
-                "done": self.done,
-            },
-        }
-        return payload
+            pool=self._pool_view(),
+            early_stop=EarlyStop(
+                rule=self.config.early_stopping,
+                length_penalty=float(self.config.length_penalty),
+                generated_length=generated,
+                input_done=~self.still_open[:, 0].cpu().clone(),
+                done=self.done,
+                best_running=self.running_scores[:, 0].detach().cpu().clone(),
+                best_possible=best_possible[:, 0].detach().cpu().clone(),
+                worst_finished=worst.min(dim=1)[0].detach().cpu().clone(),
+                n_finished=self.pool_finished.sum(dim=1).cpu(),
+                improvable=self.still_open[:, 0].cpu().clone(),
+            ),
+        )
 
-    def _pool_view(self) -> dict[str, torch.Tensor]:
-        """The hypothesis pool as CPU tensors (B, n[, t])."""
-        return {
-            "score": self.pool_scores.detach().cpu().clone(),
-            "finished": self.pool_finished.cpu().clone(),
-            "length": (self.pool_indices >= 0).sum(dim=-1).cpu(),
-            "node": self.pool_nodes.cpu().clone(),
-            "tokens": self.pool_sequences[:, :, self.prompt_length :].cpu().clone(),
-        }
+    def _pool_view(self) -> tuple[PoolEntry, ...]:
+        """The finished hypotheses in the pool, input by input."""
+        scores, finished = self.pool_scores.cpu(), self.pool_finished.cpu()
+        lengths = (self.pool_indices >= 0).sum(dim=-1).cpu()
+        nodes, tokens = self.pool_nodes.cpu(), self.pool_sequences[:, :, self.prompt_length :]
+        out = []
+        for b, slot in finished.nonzero().tolist():
+            n = int(lengths[b, slot])
+            out.append(
+                PoolEntry(
+                    batch=b,
+                    group=0,
+                    slot=slot,
+                    score=float(scores[b, slot]),
+                    tokens=tuple(tokens[b, slot, :n].tolist()),
+                    node=int(nodes[b, slot]),
+                )
+            )
+        return tuple(out)
 
     # -- the end -------------------------------------------------------------------------------
     def _final_pool(self, ctx):

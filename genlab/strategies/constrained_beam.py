@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..constraints import ConstraintListState, constraints_from_force_words
+from ..stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection
 from .beam import (
     CONSTRAINT,
@@ -38,13 +39,12 @@ from .beam import (
     PRUNED,
     REJECTED,
     BeamSearch,
-    candidate_payload,
     eos_ids,
     is_listening,
     publish,
     stop_flags,
 )
-from .group_beam import Hypotheses, pooled_beams, pooled_output
+from .group_beam import Hypotheses, pool_entries, pooled_beams, pooled_output
 
 __all__ = ["ConstrainedBeamSearch", "constraints_of"]
 
@@ -369,7 +369,7 @@ class ConstrainedBeamSearch(BeamSearch):
                 cols["beam"].append(int(kept[0, 0]) if kept.numel() else -1)
                 cols["slot"].append(-1)
         token_lp = processed[rows_all.reshape(-1), tokens.reshape(-1)].view(B, k).cpu()
-        search = candidate_payload(
+        search = BeamCandidates.of(
             batch=torch.arange(B)[:, None].expand(B, k),
             rank=torch.arange(k).expand(B, k),
             parent=parents,
@@ -386,38 +386,24 @@ class ConstrainedBeamSearch(BeamSearch):
             slot=torch.full_like(fate, -1),
         )
         if cols["batch"]:
-            extra = candidate_payload(**{key: torch.tensor(v) for key, v in cols.items()})
-            search = {
-                key: torch.cat([search[key], extra[key].to(search[key].dtype)]) for key in search
-            }
-        return {
-            "kind": self.mode,
-            "candidates": search,
-            "pool": self._pool_view(),
-            "early_stop": {
-                "rule": cfg.early_stopping,
-                "length_penalty": float(penalty),
-                "generated_length": generated,
-                "done_inputs": torch.tensor(self.done_inputs),
-                "done": all(self.done_inputs),
-            },
-        }
+            search = search.concat(
+                BeamCandidates.of(**{key: torch.tensor(v) for key, v in cols.items()})
+            )
+        return BeamStep(
+            kind=self.mode,
+            candidates=search,
+            pool=self._pool_view(),
+            early_stop=EarlyStop(
+                rule=cfg.early_stopping,
+                length_penalty=float(penalty),
+                generated_length=generated,
+                input_done=torch.tensor(self.done_inputs),
+                done=all(self.done_inputs),
+            ),
+        )
 
-    def _pool_view(self) -> dict[str, Any]:
-        out = []
-        p = self.prompt_length
-        for b, (pool,) in enumerate(self.pools):
-            for score, seq, _idx, node in pool.entries:
-                out.append(
-                    {
-                        "batch": b,
-                        "group": 0,
-                        "score": float(score),
-                        "tokens": seq[p:].tolist(),
-                        "node": int(node),
-                    }
-                )
-        return {"entries": out}
+    def _pool_view(self) -> tuple[PoolEntry, ...]:
+        return pool_entries(self.pools, self.prompt_length)
 
     # -- the end -------------------------------------------------------------------------------
     def finalize(self, ctx) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..models.base import ModelOutput
+from ..stepdata import ContrastiveStep
 from .base import Selection
 from .sampling import TokenByToken
 
@@ -126,15 +127,13 @@ class ContrastiveSearch(TokenByToken):
             ctx.cache.reorder(winners)
         self.context = torch.cat([self.context, cand_hidden[winners]], dim=1)
         self.next_output = self._winner_output(out, winners, ctx)
-        info = {
-            "contrastive": {
-                "candidates": top_ids.detach().cpu(),
-                "confidence": top_probs.detach().cpu(),
-                "penalty": penalty.view(rows, k).detach().cpu(),
-                "score": score.detach().cpu(),
-                "chosen": best.detach().cpu(),
-            }
-        }
+        info = ContrastiveStep(
+            candidates=top_ids.detach().cpu(),
+            confidence=top_probs.detach().cpu(),
+            penalty=penalty.view(rows, k).detach().cpu(),
+            score=score.detach().cpu(),
+            chosen=best.detach().cpu(),
+        )
         return Selection(self._pad_finished(ctx, tokens), info=info)
 
     def _candidates_one_by_one(self, ctx, top_ids, mask) -> ModelOutput:
@@ -192,22 +191,22 @@ def contrastive_table(steps: Any):
     records = getattr(steps, "records", steps)
     rows = []
     for rec in records:
-        info = (getattr(rec, "info", None) or {}).get("contrastive")
-        if info is None:
+        info = getattr(rec, "info", None)
+        if not isinstance(info, ContrastiveStep):
             continue
         step = getattr(rec, "step", getattr(rec, "index", None))
-        for r in range(info["candidates"].shape[0]):
-            for j in range(info["candidates"].shape[1]):
+        for r in range(info.candidates.shape[0]):
+            for j in range(info.candidates.shape[1]):
                 rows.append(
                     {
                         "step": step,
                         "row": r,
                         "candidate": j,
-                        "token_id": int(info["candidates"][r, j]),
-                        "confidence": float(info["confidence"][r, j]),
-                        "penalty": float(info["penalty"][r, j]),
-                        "score": float(info["score"][r, j]),
-                        "chosen": bool(int(info["chosen"][r]) == j),
+                        "token_id": int(info.candidates[r, j]),
+                        "confidence": float(info.confidence[r, j]),
+                        "penalty": float(info.penalty[r, j]),
+                        "score": float(info.score[r, j]),
+                        "chosen": bool(int(info.chosen[r]) == j),
                     }
                 )
     return pd.DataFrame(

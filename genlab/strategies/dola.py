@@ -16,8 +16,8 @@ Active when ``dola_layers`` is set on a greedy or sampling config. Reference: tr
 
 The recorded ``logits`` (``output_logits``) are the final layer's, as in the reference;
 ``scores`` are the processed contrast. Each step's :class:`~genlab.engine.Step` carries
-``info["dola"]``: the candidate layers, their divergences and the layer chosen
-(:func:`dola_table`).
+``info`` (a :class:`~genlab.stepdata.DolaStep`): the candidate layers, their divergences
+and the layer chosen (:func:`dola_table`).
 
 >>> out = generate(model, input_ids=ids, dola_layers="high")  # doctest: +SKIP
 """
@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.base import ModelOutput
+from ..stepdata import DolaStep
 from .base import Selection
 from .sampling import GreedySearch, MultinomialSampling, TokenByToken
 
@@ -157,13 +158,11 @@ class DolaDecoding(TokenByToken):
         return base.choose(self, scores, ctx)
 
     def select(self, ctx, scores: torch.Tensor) -> Selection:
-        info = {
-            "dola": {
-                "layers": list(self.layers),
-                "divergence": None if self.divergence is None else self.divergence.cpu(),
-                "chosen_layer": self.chosen_layer,
-            }
-        }
+        info = DolaStep(
+            layers=tuple(self.layers),
+            divergence=None if self.divergence is None else self.divergence.cpu(),
+            chosen_layer=self.chosen_layer,
+        )
         return Selection(self._pad_finished(ctx, self.choose(scores, ctx)), info=info)
 
 
@@ -178,18 +177,18 @@ def dola_table(steps: Any):
 
     rows = []
     for rec in getattr(steps, "records", steps):
-        info = (getattr(rec, "info", None) or {}).get("dola")
-        if info is None:
+        info = getattr(rec, "info", None)
+        if not isinstance(info, DolaStep):
             continue
         step = getattr(rec, "step", getattr(rec, "index", None))
-        js = info["divergence"]
-        for j, layer in enumerate(info["layers"]):
+        js = info.divergence
+        for j, layer in enumerate(info.layers):
             rows.append(
                 {
                     "step": step,
                     "layer": layer,
                     "js_divergence": float("nan") if js is None else float(js[j]),
-                    "chosen": layer == info["chosen_layer"],
+                    "chosen": layer == info.chosen_layer,
                 }
             )
     return pd.DataFrame(rows, columns=["step", "layer", "js_divergence", "chosen"])

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from ..processors.base import call_processor
+from ..stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection
 from .beam import (
     DIVERSITY,
@@ -51,7 +52,6 @@ from .beam import (
     PRUNED,
     REJECTED,
     BeamSearch,
-    candidate_payload,
     eos_ids,
     is_listening,
     publish,
@@ -168,6 +168,26 @@ def write_hypotheses(
         scores[i] = score
     nodes = torch.tensor([e[3] for e in best], dtype=torch.long)
     return seqs, scores, indices, nodes
+
+
+def pool_entries(pools, prompt_length: int) -> tuple[PoolEntry, ...]:
+    """The finished hypotheses of ``pools`` (per input, per group: Hypotheses) as
+    :class:`~genlab.stepdata.PoolEntry` values, slot by slot."""
+    out = []
+    for b, pools_b in enumerate(pools):
+        for g, pool in enumerate(pools_b):
+            for slot, (score, seq, _idx, node) in enumerate(pool.entries):
+                out.append(
+                    PoolEntry(
+                        batch=b,
+                        group=g,
+                        slot=slot,
+                        score=float(score),
+                        tokens=tuple(seq[prompt_length:].tolist()),
+                        node=int(node),
+                    )
+                )
+    return tuple(out)
 
 
 class GroupBeamSearch(BeamSearch):
@@ -488,19 +508,20 @@ class GroupBeamSearch(BeamSearch):
                 generated,
                 done,
             )
-        candidates = candidate_payload(**{k: torch.cat(v) for k, v in cols.items()})
-        return {
-            "kind": self.mode,
-            "candidates": candidates,
-            "pool": self._pool_view(),
-            "early_stop": {
-                "rule": cfg.early_stopping,
-                "length_penalty": float(penalty),
-                "generated_length": generated,
-                "done_groups": torch.tensor(self.done_groups),
-                "done": all(all(f) for f in self.done_groups),
-            },
-        }
+        candidates = BeamCandidates.of(**{k: torch.cat(v) for k, v in cols.items()})
+        return BeamStep(
+            kind=self.mode,
+            candidates=candidates,
+            pool=self._pool_view(),
+            early_stop=EarlyStop(
+                rule=cfg.early_stopping,
+                length_penalty=float(penalty),
+                generated_length=generated,
+                input_done=torch.tensor([all(f) for f in self.done_groups]),
+                done=all(all(f) for f in self.done_groups),
+                group_done=torch.tensor(self.done_groups),
+            ),
+        )
 
     def _diversity_candidates(
         self,
@@ -561,23 +582,9 @@ class GroupBeamSearch(BeamSearch):
             slot=torch.full_like(b_idx, -1),
         )
 
-    def _pool_view(self) -> dict[str, Any]:
-        """Finished hypotheses as a list of dicts (batch, group, score, tokens, node)."""
-        out = []
-        p = self.prompt_length
-        for b, pools_b in enumerate(self.pools):
-            for g, pool in enumerate(pools_b):
-                for score, seq, _idx, node in pool.entries:
-                    out.append(
-                        {
-                            "batch": b,
-                            "group": g,
-                            "score": float(score),
-                            "tokens": seq[p:].tolist(),
-                            "node": int(node),
-                        }
-                    )
-        return {"entries": out}
+    def _pool_view(self) -> tuple[PoolEntry, ...]:
+        """The finished hypotheses of every (input, group) pool."""
+        return pool_entries(self.pools, self.prompt_length)
 
     # -- the end -------------------------------------------------------------------------------
     def finalize(self, ctx) -> dict[str, Any]:
