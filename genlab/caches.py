@@ -17,6 +17,9 @@ Offloaded and quantized caches (``"offloaded"``, ``"offloaded_static"``, ``"quan
 exist to save accelerator memory; genlab runs on one device and raises a clear error for
 them instead of silently using another cache.
 
+(Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests run
+these calls.)
+
 >>> cache = make_cache(model, rows=2, config=cfg)   # doctest: +SKIP
 """
 

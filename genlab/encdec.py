@@ -235,6 +235,8 @@ def prepare_encoder_decoder(
     the remaining model inputs (decoder_input_ids, decoder_attention_mask, encoder kwargs).
     ``model_kwargs`` is consumed.
 
+    (Not run as a test: it needs an encoder-decoder model (``t5``) and its inputs.)
+
     >>> enc = prepare_encoder_decoder(t5, cfg, ids, None, {})   # doctest: +SKIP
     >>> enc.decoder_input_ids                                    # doctest: +SKIP
     tensor([[0]])

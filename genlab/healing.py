@@ -9,6 +9,9 @@ the text most likely continues as ``https``. Healing, as transformers 4.56.2 doe
 3. drop the last token and let the model choose one token under that bias (greedy), so
    the prompt ends in whichever extension the model prefers.
 
+(Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests run
+these calls.)
+
 >>> ids = heal_tokens(model, ids, tokenizer, genlab.generate)   # doctest: +SKIP
 """
 

@@ -15,6 +15,8 @@ step can be looked at, also after a rewind or in a fork.
   prompt and the tokens before it: an :class:`Attention`, with a long table, a layer x head
   summary (entropy, largest weight) and a heatmap.
 
+(Not run as a test: it prints a wide table and draws a figure (notebook 10 shows both).)
+
 >>> run = lm.start("What is the capital of France?", chat=True); run.run()  # doctest: +SKIP
 >>> genlab.logit_lens(run).table()                                          # doctest: +SKIP
 >>> genlab.attention(run, step=5).plot(layer=20, head=3)                     # doctest: +SKIP
@@ -322,6 +324,9 @@ def logit_lens(
     beam / sample); ``chat``, ``system``: how a text prompt is encoded (chat template,
     system message).
 
+    (Not run as a test: it prints a wide table (the notebooks show it; the tests check its
+    columns).)
+
     >>> lens = genlab.logit_lens(res)     # res = lm.generate(..., chat=True)  # doctest: +SKIP
     >>> lens.first_layer()                # where each token is first on top   # doctest: +SKIP
     """
@@ -521,6 +526,9 @@ def attention(
 
     source: a Run, a GenerationResult, or an LM with ``prompt``; row: which row of a batch;
     chat, system: how a text prompt is encoded (chat template, system message).
+
+    (Not run as a test: it prints a wide table (the notebooks show it; the tests check its
+    columns).)
 
     >>> att = genlab.attention(res, step=5)      # doctest: +SKIP
     >>> att.summary().head()                     # doctest: +SKIP

@@ -9,6 +9,9 @@ part. The last prompt token always runs again: its logits are the first step's.
 ``lm.start`` and ``lm.generate`` use the LM's own ``PrefixCache`` (``lm.prefix_cache``);
 ``genlab.generate`` never does (it behaves exactly as the reference, prompt included).
 
+(The lines marked +SKIP are not run as a test: it needs a model and prompt ids of your own
+(``model``, ``ids``); the tests run these calls.)
+
 >>> pc = PrefixCache()
 >>> run = genlab.start(model, ids, prefix_cache=pc)   # doctest: +SKIP
 """

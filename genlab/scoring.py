@@ -11,6 +11,8 @@ or a ``GenerationConfig``) the logits also go through the logits processors thos
 build (:func:`genlab.processors.build_processors`), so the numbers are what a sampler with
 these settings would have assigned; the raw model's log-prob stays in ``raw_logprob``.
 
+(Not run as a test: it prints a wide table (the notebooks show it; the tests check its columns).)
+
 >>> s = lm.score("The capital of France is Paris.")        # doctest: +SKIP
 >>> s.table[["token", "logprob", "rank"]]; s.perplexity     # doctest: +SKIP
 """

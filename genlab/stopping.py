@@ -283,6 +283,8 @@ def token_strings(tokenizer: Any) -> dict[int, str]:
 
     Example::
 
+        (Not run as a test: it needs a GPT-2-style tokenizer (``tok`` with the token ``Ġcat``).)
+
         >>> token_strings(tok)[tok.convert_tokens_to_ids("Ġcat")]  # doctest: +SKIP
         ' cat'
     """

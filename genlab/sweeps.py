@@ -118,6 +118,9 @@ def sweep(
     of every setting's batch; max_new_tokens: the length of each sample; chat, system: how
     the prompt is encoded (chat template, system message).
 
+    (Not run as a test: it samples a grid of settings for seconds and prints a wide table (notebook
+    11).)
+
     >>> sw = genlab.sweep(lm, "Describe the sea.", {"temperature": [0.5, 1]})  # doctest: +SKIP
     >>> sw.metrics                                                 # doctest: +SKIP
     """

@@ -239,6 +239,9 @@ class Trace:
     prompt_length: tokens before the first generated one; run: the run they came from
     (beam views read its returned sequences).
 
+    (Not run as a test: it prints a wide table (the notebooks show it; the tests check its
+    columns).)
+
     >>> res = lm.generate("Once upon a time", do_sample=True, seed=0, trace=True)  # doctest: +SKIP
     >>> res.trace.steps()                   # one row per generated token  # doctest: +SKIP
     >>> res.trace.stage_summary(0)          # what each processor did      # doctest: +SKIP
@@ -506,6 +509,9 @@ class Trace:
         out by the constraint banks). Group beam search records no candidates for an
         (input, group) once it is done: like the reference, its rows then only carry
         padding, so its branch ends at the step that closed it.
+
+        (Not run as a test: it prints a wide table (the notebooks show it; the tests check its
+        columns).)
 
         >>> tree = out.trace.beam_tree()                   # doctest: +SKIP
         >>> tree[tree.fate == "finished"].nlargest(3, "normalized_score")  # doctest: +SKIP

@@ -446,7 +446,7 @@ def test_missing_demo_package_gives_the_install_command(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def demo():
+def demo_and_twin():
     """load_model("demo") once, keeping the checkpoint it read; transformers' GGUF tensors."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
@@ -478,16 +478,16 @@ def demo():
     return model, tok, gguf_module.read_gguf(path), hf_model, parsed["tensors"]
 
 
-def test_demo_weights_equal_transformers_bit_for_bit(demo):
-    _, _, checkpoint, _, hf_tensors = demo
+def test_demo_weights_equal_transformers_bit_for_bit(demo_and_twin):
+    _, _, checkpoint, _, hf_tensors = demo_and_twin
     assert set(checkpoint.state_dict) == set(hf_tensors)
     assert len(checkpoint.state_dict) == 272
     for key, value in checkpoint.state_dict.items():
         assert value.dtype == torch.float32 and torch.equal(value, hf_tensors[key]), key
 
 
-def test_demo_config_matches_transformers(demo):
-    model, tok, checkpoint, hf_model, _ = demo
+def test_demo_config_matches_transformers(demo_and_twin):
+    model, tok, checkpoint, hf_model, _ = demo_and_twin
     hf_config = hf_model.config.to_dict()
     for key, value in checkpoint.config.items():
         if key in hf_config and key not in ("architectures", "torch_dtype"):
@@ -507,8 +507,8 @@ def test_demo_config_matches_transformers(demo):
     assert sum(checkpoint.timings.values()) > 0
 
 
-def test_demo_logits_match_transformers_and_answer_paris(demo):
-    model, tok, _, hf_model, _ = demo
+def test_demo_logits_match_transformers_and_answer_paris(demo_and_twin):
+    model, tok, _, hf_model, _ = demo_and_twin
     chat = [{"role": "user", "content": "What is the capital of France?"}]
     ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt")
     with torch.no_grad():

@@ -614,6 +614,9 @@ class GenerationConfig:
 
         Example::
 
+            (The lines marked +SKIP are not run as a test: it writes files into a folder
+            (``tmp_path``); tests/test_config.py does it.)
+
             >>> cfg = GenerationConfig(max_new_tokens=7)
             >>> path = cfg.save_pretrained(tmp_path)           # doctest: +SKIP
             >>> GenerationConfig.from_pretrained(tmp_path).max_new_tokens  # doctest: +SKIP

@@ -137,6 +137,8 @@ class HFModel:
     """Wrap a transformers causal LM (or encoder-decoder model) so genlab's engine can
     drive it.
 
+    (Not run as a test: it needs the Hugging Face Hub (gpt2).)
+
     >>> from transformers import AutoModelForCausalLM          # doctest: +SKIP
     >>> model = HFModel(AutoModelForCausalLM.from_pretrained("gpt2"))  # doctest: +SKIP
     """

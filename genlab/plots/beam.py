@@ -15,6 +15,9 @@ constrained beam search. Returns a ``Figure`` and never calls ``plt.show()``.
 
 Example::
 
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
+
     >>> out = lm.generate("Once", num_beams=4, max_new_tokens=12, trace=True)  # doctest: +SKIP
     >>> fig = genlab.plots.beam_tree(out.trace)                                # doctest: +SKIP
     >>> fig.savefig("tree.png")                                                # doctest: +SKIP
@@ -115,6 +118,9 @@ def beam_tree(
     candidate sits on its group's shade.
 
     title: the figure title (default: the input and the step range).
+
+    (The lines marked +SKIP are not run as a test: it draws a matplotlib figure
+    (tests/test_plots_legibility.py and the notebooks draw them).)
 
     >>> res = lm.generate("The capital of France is", num_beams=3, max_new_tokens=6, trace=True)
     >>> genlab.plots.beam_tree(res.trace)                        # doctest: +SKIP

@@ -45,6 +45,9 @@ def lens_heatmap(
     values / layer numbers 0 .. num_layers; default all); highlight: a step whose column
     gets a blue frame; width: the figure's width in inches (default: fit, at most 7.2).
 
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
+
     >>> genlab.plots.lens_heatmap(genlab.logit_lens(res))            # doctest: +SKIP
     """
     cols = list(range(len(lens.steps))) if steps is None else [lens.steps.index(s) for s in steps]
@@ -124,6 +127,9 @@ def attention_heatmap(
     att: an :class:`~genlab.inside.Attention`; layer, head: the head to show in full;
     width: the figure's width in inches (default: fit, at most 10).
 
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
+
     >>> genlab.plots.attention_heatmap(genlab.attention(res, step=5))  # doctest: +SKIP
     """
     if metric not in ("entropy", "max_weight"):
@@ -190,6 +196,9 @@ def score_bars(scores, row: int = 0, *, width: float | None = None) -> Figure:
     scores: what ``lm.score`` returns; row: which text of a batch; width: the figure's
     width in inches (default: fit, at most 10).
 
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
+
     >>> genlab.plots.score_bars(lm.score("The capital of France is Paris."))  # doctest: +SKIP
     """
     t = scores.table[scores.table.row == row]
@@ -243,6 +252,9 @@ def sweep_metrics(
 
     sw: a :class:`~genlab.sweeps.SweepResult`; metrics: which metrics (default all);
     width: the figure's width in inches (default: fit, at most 10).
+
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
 
     >>> sw = genlab.sweep(lm, "Hi", {"temperature": [0.5, 1]})    # doctest: +SKIP
     >>> genlab.plots.sweep_metrics(sw)                            # doctest: +SKIP

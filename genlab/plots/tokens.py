@@ -68,6 +68,9 @@ def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:
         trace: a :class:`~genlab.trace.Trace` (``lm.generate(..., trace=True).trace``);
         row: which sequence of the batch; width: the figure width in inches (default: by length).
 
+    (The lines marked +SKIP are not run as a test: it draws a matplotlib figure
+    (tests/test_plots_legibility.py and the notebooks draw them).)
+
     >>> res = lm.generate("Once upon a time", max_new_tokens=20, trace=True)
     >>> genlab.plots.token_probs(res.trace)                     # doctest: +SKIP
     """
@@ -131,6 +134,9 @@ def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10)
         row: which sequence; stage: ``"final"``, ``"raw"`` or a processor's stage name;
         k: how many bars.
 
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
+
     >>> genlab.plots.topk_bars(res.trace, step=0, k=10)          # doctest: +SKIP
     """
     t = candidates(trace, step, row=row, stage=stage, k=k)
@@ -150,6 +156,9 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> F
     Args:
         trace: a recorded :class:`~genlab.trace.Trace`; step: which generation step;
         row: which sequence; k: tokens per panel; columns: panels per row.
+
+    (The lines marked +SKIP are not run as a test: it draws a matplotlib figure
+    (tests/test_plots_legibility.py and the notebooks draw them).)
 
     >>> res = lm.generate("Once upon a time", do_sample=True, top_k=20, temperature=0.7,
     ...                   max_new_tokens=5, trace=True, seed=0)
@@ -188,6 +197,9 @@ def compare_logprobs(results: Sequence, labels: Sequence[str] | None = None) -> 
     Args:
         results: :class:`~genlab.lm.GenerationResult` objects of the same prompt;
         labels: one label per result (default: "0", "1", ...).
+
+    (The lines marked +SKIP are not run as a test: it draws a matplotlib figure
+    (tests/test_plots_legibility.py and the notebooks draw them).)
 
     >>> a = lm.generate("Once upon a time", max_new_tokens=15)
     >>> b = lm.generate("Once upon a time", max_new_tokens=15, do_sample=True, seed=1)

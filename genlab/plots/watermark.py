@@ -79,6 +79,9 @@ def green_red_tokens(
     fontsize: text size in points; title: the figure title; ax: draw into this axes
     (default: a new figure).
 
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
+
     >>> table = genlab.watermark.token_colours(detector, ids, tokenizer)   # doctest: +SKIP
     >>> genlab.plots.green_red_tokens(table)                     # doctest: +SKIP
     """
@@ -149,6 +152,9 @@ def running_z(
     z_threshold: the detection threshold drawn as a line; title: the figure title;
     ax: draw into this axes (default: a new figure).
 
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
+
     >>> genlab.plots.running_z(table, z_threshold=4.0)           # doctest: +SKIP
     """
     _require(table, ["position", "scored", "green", "running_z"], "token_colours()")
@@ -188,6 +194,9 @@ def greenlist_bars(
 
     top: how many tokens; title: the figure title; ax: draw into this axes
     (default: a new figure).
+
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
 
     >>> genlab.plots.greenlist_bars(genlab.watermark.greenlist_table(...))   # doctest: +SKIP
     """
@@ -230,6 +239,9 @@ def synthid_gvalues_heatmap(
 
     row: which text of the table; title: the figure title; ax: draw into this axes
     (default: a new figure).
+
+    (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
+    notebooks draw them).)
 
     >>> table = genlab.watermark.synthid_gvalues_table(...)     # doctest: +SKIP
     >>> genlab.plots.synthid_gvalues_heatmap(table)             # doctest: +SKIP

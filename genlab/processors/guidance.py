@@ -104,6 +104,8 @@ class UnbatchedClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
     attention mask says, as the reference does. ``use_cache=False`` re-runs the whole branch
     every step. With ``guidance_scale == 1`` only the log-softmax is applied.
 
+    (Not run as a test: it needs a transformers model (``hf``) and its inputs.)
+
     >>> from genlab.models.hf import HFModel                        # doctest: +SKIP
     >>> cfg = UnbatchedClassifierFreeGuidanceLogitsProcessor(1.5, HFModel(hf))  # doctest: +SKIP
     >>> guided = cfg(input_ids, logits)  # (rows, vocab) log-probs  # doctest: +SKIP

@@ -31,6 +31,9 @@ its schedule and ``assistant_confidence_threshold`` are read from the *assistant
 genlab assistant takes them from the call. The reference adapts the confidence threshold
 with scikit-learn's ROC curve when scikit-learn is installed; genlab keeps it fixed.
 
+(Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests run
+these calls.)
+
 >>> out = generate(model, input_ids=ids, prompt_lookup_num_tokens=5)   # doctest: +SKIP
 >>> assisted_table(ctx.history)  # drafted / accepted / rejected per iteration  # doctest: +SKIP
 """

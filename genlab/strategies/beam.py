@@ -26,6 +26,9 @@ candidates): use ``ctx.force`` to steer a beam search.
 
 Example::
 
+    (Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests
+    run these calls.)
+
     >>> out = genlab.generate(model, ids, num_beams=4, max_new_tokens=8,   # doctest: +SKIP
     ...                       return_dict_in_generate=True, output_scores=True)
     >>> out.sequences_scores, out.beam_indices                            # doctest: +SKIP

@@ -17,6 +17,9 @@ in the reference. ``beam_indices`` are returned only with ``output_scores=True``
 
 Example::
 
+    (Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests
+    run these calls.)
+
     >>> genlab.generate(model, ids, num_beams=4, max_new_tokens=8,        # doctest: +SKIP
     ...                 force_words_ids=[[17, 18], [[5], [6, 7]]])
 """

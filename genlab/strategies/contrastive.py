@@ -15,6 +15,9 @@ the next step needs no forward pass of its own: :meth:`ContrastiveSearch.forward
 engine those logits. With ``low_memory=True`` the candidates run one at a time and the
 winner runs again (same tokens; less memory, slower).
 
+(Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests run
+these calls.)
+
 >>> out = generate(model, input_ids=ids, penalty_alpha=0.6, top_k=4)   # doctest: +SKIP
 >>> contrastive_table(ctx.history)  # per step: candidates, penalty, score  # doctest: +SKIP
 """

@@ -19,6 +19,9 @@ The recorded ``logits`` (``output_logits``) are the final layer's, as in the ref
 ``info`` (a :class:`~genlab.stepdata.DolaStep`): the candidate layers, their divergences
 and the layer chosen (:func:`dola_table`).
 
+(Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests run
+these calls.)
+
 >>> out = generate(model, input_ids=ids, dola_layers="high")  # doctest: +SKIP
 """
 

@@ -30,6 +30,9 @@ Kept as the reference does it (they change outputs):
 
 Example::
 
+    (Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests
+    run these calls.)
+
     >>> genlab.generate(model, ids, num_beams=4, num_beam_groups=2,      # doctest: +SKIP
     ...                 diversity_penalty=1.0, max_new_tokens=8)
 """

@@ -9,6 +9,9 @@
 * :class:`LensView` -- the logit lens and the attention of each generated token;
 * :class:`SweepView` -- a sampling sweep over a grid of settings, its metrics and samples.
 
+(Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
+and make browser run the panels).)
+
 >>> from genlab.widgets import Playground                       # doctest: +SKIP
 >>> Playground(genlab.load("demo"), "The capital of France is")  # doctest: +SKIP
 """

@@ -5,6 +5,9 @@ coloured by probability; below, one plot draws the log-prob of every generated t
 all columns, with the first position where their tokens differ marked (also outlined in
 each text).
 
+(Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
+and make browser run the panels).)
+
 >>> view = CompareView(genlab.load("demo"), "Once upon a time",          # doctest: +SKIP
 ...                    {"greedy": {}, "t=1.2": {"do_sample": True, "temperature": 1.2}})
 >>> view.divergence, view.texts()                                      # doctest: +SKIP
@@ -56,6 +59,9 @@ class CompareView(LiveView):
     lm: a :class:`~genlab.lm.LM`; chat: apply the chat template; auto_update: generate again
     after every change; debounce: seconds to wait for more changes first; run: generate at
     once (False: wait for the Generate button).
+
+    (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
+    (tests/test_widgets.py and make browser run the panels).)
 
     >>> from genlab.widgets import CompareView
     >>> CompareView(genlab.load("demo"), "Once upon a time",

@@ -7,6 +7,9 @@ the config first: a valid value is written into the config *in place* (a Run hol
 config sees it at its next step); an invalid one is shown in red next to its field and the
 config keeps its last valid value.
 
+(Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
+and make browser run the panels).)
+
 >>> panel = ConfigPanel(GenerationConfig(max_new_tokens=8))           # doctest: +SKIP
 >>> panel.set("do_sample", True); panel.mode                          # doctest: +SKIP
 'sample'
@@ -183,8 +186,11 @@ class ConfigPanel(widgets.VBox):
 
     title: the heading above the controls.
 
+    (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
+    (tests/test_widgets.py and make browser run the panels).)
+
     >>> from genlab.widgets import ConfigPanel
-    >>> panel = ConfigPanel(genlab.GenerationConfig(max_new_tokens=20))
+    >>> panel = ConfigPanel(genlab.GenerationConfig(max_new_tokens=20))  # doctest: +SKIP
     >>> panel.set("top_k", 5); panel.config.top_k                 # doctest: +SKIP
     5
     """

@@ -8,7 +8,11 @@ how much probability each stage removed. Pick any candidate, or type a token, to
 at this step instead. The settings panel edits the run's config between steps. The
 history table lists every step so far.
 
+(Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
+and make browser run the panels).)
+
 >>> dbg = StepDebugger(genlab.load("demo"), "The capital of France is", max_new_tokens=8)
+...  # doctest: +SKIP
 >>> dbg.step(); dbg.step(); dbg.waterfall_table()                 # doctest: +SKIP
 >>> dbg.force(" Lyon"); dbg.text()                                # doctest: +SKIP
 """
@@ -146,8 +150,12 @@ class StepDebugger(LiveView):
     ``waterfall_table()`` (DataFrames); ``run`` is the active Run, ``runs`` all of them,
     ``error`` the last failure (None after a success), ``busy`` while a Run goes on.
 
+    (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
+    (tests/test_widgets.py and make browser run the panels).)
+
     >>> from genlab.widgets import StepDebugger
     >>> dbg = StepDebugger(genlab.load("demo"), "Once upon a time", do_sample=True, top_k=20)
+    ...  # doctest: +SKIP
     >>> dbg                                                      # doctest: +SKIP
     """
 

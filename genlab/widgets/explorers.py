@@ -6,6 +6,9 @@ watermark), and, at a chosen position, the green list: the most likely tokens be
 after the bias. :class:`BeamExplorer` shows the beam tree step by step, the pool of
 finished hypotheses and the numbers behind the early stop.
 
+(Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
+and make browser run the panels).)
+
 >>> wm = WatermarkExplorer(genlab.load("demo"), "Write a short poem")    # doctest: +SKIP
 >>> wm.detection                                                       # doctest: +SKIP
 """
@@ -125,6 +128,9 @@ class WatermarkExplorer(Explorer):
         chat: apply the chat template; seed: the sampling seed;
         auto_update: generate again after every change; debounce: seconds to wait for more
         changes first; run: generate at once (False: wait for the Generate button).
+
+    (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
+    (tests/test_widgets.py and make browser run the panels).)
 
     >>> from genlab.widgets import WatermarkExplorer
     >>> WatermarkExplorer(genlab.load("demo"), watermarking_config={"bias": 4.0})  # doctest: +SKIP
@@ -366,6 +372,9 @@ class BeamExplorer(Explorer):
         auto_update: generate again after every change; debounce: seconds to wait for more
         changes first; window: how many steps the tree shows around the chosen one;
         run: generate at once (False: wait for the Generate button).
+
+    (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
+    (tests/test_widgets.py and make browser run the panels).)
 
     >>> from genlab.widgets import BeamExplorer
     >>> BeamExplorer(genlab.load("demo"), "The capital of France is", num_beams=3)  # doctest: +SKIP

@@ -8,6 +8,9 @@ over the text. :class:`SweepView` samples ``n`` continuations under every combin
 the values typed for each setting and shows the metrics against the grid, the metrics
 table and the samples.
 
+(Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
+and make browser run the panels).)
+
 >>> LensView(genlab.load("demo"), "What is the capital of France?", chat=True)  # doctest: +SKIP
 >>> SweepView(genlab.load("demo"), "Once upon a time", n=8)                     # doctest: +SKIP
 """
@@ -59,6 +62,9 @@ class LensView(Panel):
     For code and tests: ``lens`` (a :class:`~genlab.inside.Lens`), ``attention`` (the
     :class:`~genlab.inside.Attention` of the selected step), ``select(step, layer=None,
     head=None)``, ``generate(prompt)``, ``error`` (the last failure, None after success).
+
+    (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
+    (tests/test_widgets.py and make browser run the panels).)
 
     >>> LensView(lm, "What is the capital of France?", chat=True)   # doctest: +SKIP
     """
@@ -257,6 +263,9 @@ class SweepView(Panel):
 
     For code and tests: ``grid_boxes`` (setting -> Text), ``run_sweep()``, ``result`` (the
     :class:`~genlab.sweeps.SweepResult`), ``error``.
+
+    (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
+    (tests/test_widgets.py and make browser run the panels).)
 
     >>> SweepView(lm, "Describe the sea.", {"temperature": [0.5, 1.0]}, n=8)  # doctest: +SKIP
     """

@@ -11,7 +11,11 @@ step, and a new one starts only when it has ended. The result shows
 A long generation shows its progress and can be stopped (what was generated is kept);
 an error is shown in the widget and the last good result stays.
 
+(Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
+and make browser run the panels).)
+
 >>> pg = Playground(genlab.load("demo"), "The capital of France is", max_new_tokens=12)
+...  # doctest: +SKIP
 >>> pg                                                       # doctest: +SKIP
 >>> pg.panel.set("do_sample", True); pg.wait(); pg.result.text   # doctest: +SKIP
 """
@@ -108,8 +112,12 @@ class Playground(LiveView):
     (DataFrame), ``error`` (text of the last failure, None after a success), ``version``
     (+1 per shown result), ``timings`` (seconds of the last update).
 
+    (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
+    (tests/test_widgets.py and make browser run the panels).)
+
     >>> from genlab.widgets import Playground
     >>> pg = Playground(genlab.load("demo"), "The capital of France is", max_new_tokens=12)
+    ...  # doctest: +SKIP
     >>> pg                                                       # doctest: +SKIP
     >>> pg.panel.set("do_sample", True); pg.wait(); pg.result.text   # doctest: +SKIP
     """
