@@ -176,6 +176,18 @@ def assert_all_agree(values, config_class, make_processor):
     assert len(set(verdicts.values())) == 1, (values, verdicts)
 
 
+def test_the_panel_controls_are_built_from_the_same_specs():
+    """The ConfigPanel's watermark editor reads the very specs validate() checks."""
+    from genlab.config import FIELDS
+    from genlab.widgets.fields import make_control
+
+    control = make_control(FIELDS["watermarking_config"], None)
+    for scheme, specs in (("greenlist", WATERMARK_FIELDS), ("synthid", SYNTHID_FIELDS)):
+        assert list(control.sub[scheme]) == list(specs)
+        for name, sub in control.sub[scheme].items():
+            assert sub.spec is specs[name], (scheme, name)
+
+
 @PROPERTY
 @given(settings_dicts(GREENLIST_VALUES))
 def test_greenlist_validate_and_processor_agree(values):
