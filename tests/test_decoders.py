@@ -158,7 +158,7 @@ def assert_logits_match(hf_model, lm, ids=None, mask=None, steps=4):
 
 def test_llama_gqa_untied_matches_reference():
     hf_model = tiny_llama()
-    lm = genlab_from(hf_model)
+    lm = genlab_from(hf_model, packed=True)
     assert isinstance(lm, LlamaDecoder)
     assert lm.head.is_mkldnn  # packed (oneDNN) on the CPU
     assert not torch.equal(dense_weight(lm.head), lm.embed)
@@ -176,7 +176,7 @@ def test_llama_tied_mha_explicit_head_dim_and_llama3_rope_match_reference():
     hf_model = tiny_llama(
         num_key_value_heads=4, head_dim=24, tie_word_embeddings=True, rope_scaling=rope
     )
-    lm = genlab_from(hf_model)
+    lm = genlab_from(hf_model, packed=True)
     assert torch.equal(dense_weight(lm.head), lm.embed)  # packed: a copy of the embedding
     assert_logits_match(hf_model, lm)
     split = genlab_from(hf_model, packed=False)  # row blocks: a view of the embedding

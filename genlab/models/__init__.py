@@ -37,10 +37,11 @@ __all__ = [
 ]
 
 
-def load_model(source: str | os.PathLike, *, revision: str | None = None):
+def load_model(source: str | os.PathLike, *, revision: str | None = None, dtype=None):
     """(model, tokenizer) for ``source``: "demo", a .gguf file, a local folder or a Hub id.
 
-    revision: a branch, tag or commit of a Hub repo (ignored for local sources).
+    revision: a branch, tag or commit of a Hub repo (ignored for local sources); dtype: the
+    weights' dtype (None: float32; torch.bfloat16 or torch.float16).
     The tokenizer is a :class:`Tokenizer`, or None for a checkpoint without tokenizer.json.
     Raises ValueError naming the source and what to do when it cannot be loaded.
     """
@@ -49,23 +50,26 @@ def load_model(source: str | os.PathLike, *, revision: str | None = None):
             f"source must be 'demo', a local folder, a .gguf file or a Hub repo id (a non-empty "
             f"str or path); got {source!r}"
         )
+    from genlab.models.matmul import check_dtype
+
+    dtype = check_dtype(dtype)
     if isinstance(source, str) and source == DEMO_SOURCE:
-        return load_demo()
+        return load_demo(dtype=dtype)
     path = Path(source)
     if path.suffix == ".gguf" and path.is_file():
         from genlab.models.gguf import load_gguf
 
-        return load_gguf(path)
+        return load_gguf(path, dtype=dtype)
     from genlab.models.checkpoints import load_checkpoint
 
-    return load_checkpoint(source, revision=revision)
+    return load_checkpoint(source, revision=revision, dtype=dtype)
 
 
-def load_demo(*, add_bos_token: bool | None = None):
+def load_demo(*, add_bos_token: bool | None = None, dtype=None):
     """(model, tokenizer) of the embedded demo model (see :func:`genlab.models.gguf.load_demo`)."""
     from genlab.models.gguf import load_demo as _load_demo
 
-    return _load_demo(add_bos_token=add_bos_token)
+    return _load_demo(add_bos_token=add_bos_token, dtype=dtype)
 
 
 def __getattr__(name):

@@ -203,7 +203,12 @@ class BuiltinDecoder:
     cache)`` (eager: input checks, the position input and the (rows, 1, 1, capacity) keep
     mask) and ``_fixed_step(input_ids, positions, keep, keys, values, slots)`` (the
     compiled part: every layer and the head, on a :class:`SlotWriter`).
+
+    ``form_choice``: the :class:`~genlab.models.matmul.FormChoice` that set the form of the
+    weight matrices (measured when the decoder was built), None when the caller chose it.
     """
+
+    form_choice = None
 
     def new_cache(self, batch_size: int) -> KVCache:
         """An empty cache for ``batch_size`` rows (buffers are allocated on the first append)."""

