@@ -21,7 +21,7 @@ export MPLBACKEND := Agg
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: help demo lab test venv install install-test lint format unit unit-fast doctest notebooks browser docs \
-        wheel wheel-check binder-memory bench clean
+        wheel wheel-check binder-memory bench student clean
 
 ## help: list the targets
 help:
@@ -122,6 +122,10 @@ binder-memory: $(VENV)/.genlab-test-installed
 bench: $(VENV)/.genlab-test-installed
 	$(PY) benchmarks/bench_decoder.py
 	$(PY) benchmarks/bench_generate.py
+
+## student: a student copy of the notebooks in build/student (answers and outputs removed)
+student:
+	$(PYTHON) scripts/make_student.py build/student
 
 ## clean: remove the venv, build outputs and local Jupyter state
 clean:

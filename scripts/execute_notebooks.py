@@ -1,6 +1,6 @@
 """Run notebooks top to bottom and save them with their new outputs and widget state.
 
-    python scripts/execute_notebooks.py [--no-widget-state] notebooks/08_*.ipynb [...]
+    python scripts/execute_notebooks.py [--no-widget-state] notebooks/12_*.ipynb [...]
 
 Each notebook runs in a fresh kernel (the one it names), in its own folder, offline, as
 ``make notebooks`` runs it (one OpenMP thread), so that the committed outputs are the ones

@@ -67,7 +67,7 @@ if "$FRESH/bin/python" -c "import transformers" 2>/dev/null; then
 fi
 export GENLAB_FROM_WHEEL=1
 "$FRESH/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile -m "not reference" tests
-NB=$(ls notebooks/01_*.ipynb notebooks/08_*.ipynb)
+NB=$(ls notebooks/01_*.ipynb notebooks/12_*.ipynb)
 OMP_NUM_THREADS=1 "$FRESH/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile --nbval \
   --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg $NB
 t "tests and notebooks ok"
