@@ -220,6 +220,7 @@ class StepDebugger(LiveView):
         self.waterfall_png = b""
         self.history_view = widgets.HTML()
         self.notice: str | None = None
+        self._refused: str | None = None  # a click refused during a Run, shown till its end
         self._lock = threading.RLock()
         self._pending = 0  # actions whose view is not drawn yet
         self._timer: threading.Timer | asyncio.TimerHandle | None = None
@@ -324,7 +325,7 @@ class StepDebugger(LiveView):
         run = self.run
         start, t0 = run.step_index, time.perf_counter()
         last = t0
-        self.notice = None
+        self.notice = self._refused = None
         while not run.finished:
             if job.cancelled.is_set():  # Stop: the steps so far stay; Step or Run go on
                 self.notice = f"stopped after {run.step_index} tokens: Step or Run go on from here"
@@ -338,7 +339,8 @@ class StepDebugger(LiveView):
                 rate = (run.step_index - start) / (now - t0)
                 self.status.value = message(
                     f"running… {run.step_index} of {total} tokens · {rate:.1f} tokens/s "
-                    "(Stop ends it here)"
+                    "(Stop ends it here)" + (f"\n{self._refused}" if self._refused else ""),
+                    "warn" if self._refused else "info",
                 )
                 self.text_view.value = self._text_html()
             yield
@@ -478,11 +480,11 @@ class StepDebugger(LiveView):
         once, and its full view is drawn once the clicks pause (20 quick Step clicks take
         20 steps and draw the waterfall once or twice, not 20 times)."""
         if self.worker.busy:
-            self.status.value = message(
+            self._refused = (
                 f"busy: a Run is going on ({self.run.step_index} of {run_total(self.run)} "
-                "tokens); this click was not applied. Press Stop first.",
-                "warn",
+                "tokens); that click was not applied. Press Stop first."
             )
+            self.status.value = message(self._refused, "warn")
             return
         self.add_class("genlab-busy")
         self.status.value = message(f"working… (step {self.run.step_index})")

@@ -100,6 +100,12 @@ OVERFLOW = """(sel) => {
         if (c.tagName === 'BUTTON' && c.scrollWidth > c.clientWidth + 1) {
           out.push('cut button ' + c.textContent.trim());
         }
+        if (st.overflowX === 'hidden' && c.scrollWidth > c.clientWidth + 1 &&
+            c.tagName !== 'BUTTON' && !c.classList.contains('noUi-target')) {
+          out.push('clipped ' + (c.className || c.tagName).toString().slice(0, 60) + ' +' +
+                   (c.scrollWidth - c.clientWidth) + 'px');
+          continue;
+        }
         if (['auto', 'scroll', 'hidden'].includes(st.overflowX) && c !== root) continue;
         walk(c);
       }
@@ -344,31 +350,33 @@ def debugger(page, res: dict) -> None:
     except Exception:
         res["secs_click_to_busy"] = None
     page.wait_for_timeout(300)
-    click_button(page, DBG, "Rewind")
+    # a click now, as a person makes it (no waiting for the page to be still)
+    page.locator(f"{DBG} button:text-is('Rewind')").first.dispatch_event("click")
     page.wait_for_timeout(300)
-    res["refused_message"] = sel_text(page, f"{DBG} .genlab-warn")
+    res["refused_message"] = sel_text(page, f"{DBG} .genlab-status")
     before = sel_text(page, result)
     stop = page.locator(f"{DBG} button:text-is('Stop')").first
     if stop.is_enabled():
-        stop.click()
+        stop.dispatch_event("click")
     page.wait_for_timeout(1500)
     after = sel_text(page, result)
     page.wait_for_timeout(1000)
-    res["stopped"] = after == sel_text(page, result) and "running" not in sel_text(
-        page, f"{DBG} .genlab-info"
-    )
-    res["stopped_status"] = sel_text(page, f"{DBG} .genlab-info, {DBG} .genlab-warn")
+    res["stopped_status"] = sel_text(page, f"{DBG} .genlab-status")
+    res["stopped"] = after == sel_text(page, result) and "running" not in res["stopped_status"]
     del before
     click_button(page, DBG, "Run")
-    wait_for(page, f"() => [...document.querySelectorAll('{DBG} .genlab-warn')]"
-             ".some(e => /max_new_tokens|ended the text/.test(e.innerText))")  # fmt: skip
-    res["finished_message"] = sel_text(page, f"{DBG} .genlab-warn")
+    wait_for(page, f"() => /max_new_tokens|ended the text/.test("
+             f"document.querySelector('{DBG} .genlab-status').innerText)")  # fmt: skip
+    res["finished_message"] = sel_text(page, f"{DBG} .genlab-status")
     res["debugger_raw_cells"] = page.evaluate(RAW_CELLS, DBG)
 
 
 def explorers(page, res: dict, shots: Path) -> None:
     root = PANELS["watermark_explorer"]
     page.locator(root).first.scroll_into_view_if_needed()
+    # JupyterLab lays out cells lazily: wait for the text itself
+    wait_for(page, "(sel) => /z = -?\\d/.test(document.querySelector(sel).innerText)",
+             arg=root, timeout=30_000)  # fmt: skip
     text = page.locator(root).first.inner_text()
     res["watermark_z_values"] = sorted(set(re.findall(r"z = (-?\d+\.\d\d)", text)))
     res["watermark_raw_cells"] = page.evaluate(RAW_CELLS, root)
