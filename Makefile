@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export MPLBACKEND := Agg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help demo lab test venv install install-test lint format unit unit-fast doctest notebooks browser docs \
+.PHONY: help demo lab app test venv install install-test lint format unit unit-fast doctest notebooks browser docs \
         wheel wheel-check binder-memory bench student clean
 
 ## help: list the targets
@@ -60,6 +60,15 @@ $(VENV)/.genlab-lab-installed: pyproject.toml $(VENV)/.genlab-installed
 ## lab: (command 2) JupyterLab in the same venv, opened on the first lesson (LAB_ARGS=--no-browser ...)
 lab: $(VENV)/.genlab-lab-installed
 	$(VENV)/bin/jupyter lab $(LAB_ARGS) $(LESSON)
+
+$(VENV)/.genlab-app-installed: pyproject.toml $(VENV)/.genlab-installed
+	$(PIP) install -e '.[app]'
+	touch $@
+
+## app: the demo as a page (Voila, notebooks/00_app.ipynb); it requests nothing from other machines
+app: $(VENV)/.genlab-app-installed
+	JUPYTER_PATH=$(CURDIR)/share/jupyter $(VENV)/bin/voila --template=genlab $(APP_ARGS) \
+	  notebooks/00_app.ipynb
 
 ## test: (the contributor's command) lint, unit, doctest, notebooks, browser, docs, wheel-check
 #  (each step's time is printed: "<target>: N s")

@@ -14,7 +14,8 @@ import sys
 
 PAGES = {
     "the lessons in JupyterLab": "lab/tree/notebooks/01_quickstart.ipynb",
-    "the app (Voila)": "voila/render/notebooks/00_app.ipynb",
+    # genlab's Voila template (binder/start puts it on JUPYTER_PATH): no CDN requests
+    "the app (Voila)": "voila/render/notebooks/00_app.ipynb%3Fvoila-template%3Dgenlab",
 }
 
 
