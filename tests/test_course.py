@@ -131,7 +131,9 @@ def test_guidance_and_sequence_bias_run_first_as_lesson_03_draws_it():
     config = genlab.GenerationConfig(
         guidance_scale=1.5, sequence_bias={(5,): -1.0}, repetition_penalty=1.2, max_length=20
     )
-    procs = build_processors(config, input_ids_seq_length=3, vocab_size=100, model=lambda *args, **kwargs: None)
+    procs = build_processors(
+        config, input_ids_seq_length=3, vocab_size=100, model=lambda *args, **kwargs: None
+    )
     names = [type(p).__name__ for p in procs]
     assert names[:2] == [
         "UnbatchedClassifierFreeGuidanceLogitsProcessor",
@@ -282,7 +284,7 @@ def test_06_apples_and_Apples_are_a_coin_flip_after_the_list_is(demo):
     after = _next_probs(demo, prompt, "The list is: Apples,")
     assert _p(demo, after, " Pears") > 2 * _p(demo, after, " pears")  # then capitals stick
     prose = _flat(_prose(_notebook("06_")))
-    assert "prefers \"Apples, Pears\" with capitals" not in prose
+    assert 'prefers "Apples, Pears" with capitals' not in prose
     assert '" apples" 0.318 and " Apples" 0.316: a coin flip' in prose
     assert "costs the same whether it checks one position or ten" not in prose
     assert "as measured" not in prose
@@ -302,7 +304,7 @@ def test_02b_top_p_drops_a_legitimate_and_and_min_p_tames_a_hot_temperature(demo
     assert int((hot >= 0.1 * hot.max()).sum()) == 29
     prose = _flat(_prose(_notebook("02b_")))
     assert "let in nonsense with real probability" not in prose
-    assert "throws away the legitimate \" and\" (p = 0.069)" in prose
+    assert 'throws away the legitimate " and" (p = 0.069)' in prose
     assert "min-p 0.1 keeps only the 29 tokens" in prose
 
 
@@ -319,7 +321,7 @@ PINNED = [
     ("02b_", "(mean log-prob -10.60 per token", "-10.60"),
     ("02b_", "readable (-3.48)", "-3.48"),
     ("03_", "*more*, 17 instead of 14", "(20, 17)"),
-    ("03b_", "30, the limit", "30 \"The capital of France is Paris."),
+    ("03b_", "30, the limit", '30 "The capital of France is Paris.'),
     ("04_", "same score as beam search (-0.355", "-0.355"),
     ("05_", "4.08 at 8 tokens to 10.27 at 47", "10.27"),
     ("05_", "δ = 2 from 1.53 to 4.80", "4.80"),
@@ -332,7 +334,7 @@ PINNED = [
     ("07_", "9 of the 44 steps", "9 of 44"),
     ("07b_", "-0.688 per token at γ = 1", "-0.688"),
     ("07b_", "-4.626 at γ = 5", "-4.626"),
-    ("07b_", '0.928 with the default negative, 0.825', "('␣smiled', 0.928)"),
+    ("07b_", "0.928 with the default negative, 0.825", "('␣smiled', 0.928)"),
     ("09_", "2, 6, 5 and 4 tokens at steps 1, 2, 3 and 5", "[1, 2, 6, 5, 1, 4]"),
     ("10_", "fourth at layer 27 (rank 3)", "0.048"),
     ("10b_", "137 nats for layer 29", "136.9371"),
@@ -351,9 +353,7 @@ def test_a_number_in_the_prose_is_the_one_the_output_shows(prefix, prose, output
 
 
 def test_10_names_the_rank_of_paris_at_each_late_layer():
-    table = next(
-        _outputs(c) for c in _cells(_notebook("10_")) if "chosen_rank" in _outputs(c)
-    )
+    table = next(_outputs(c) for c in _cells(_notebook("10_")) if "chosen_rank" in _outputs(c))
     layer_of = dict(re.findall(r"^(\d+)\s+(2[4-9]|30)\s", table, re.M))
     rank_of = dict(re.findall(r"^(\d+)\s+(\d+)\s*$", table, re.M))
     ranks = {int(layer_of[i]): int(rank_of[i]) for i in layer_of}
@@ -499,9 +499,7 @@ def test_at_least_one_exercise_per_lesson_runs_the_demo_model(path):
     cells = _cells(path)
     on_model = []
     for i, _ in _exercises(path):
-        before = next(
-            (_src(c) for c in reversed(cells[:i]) if c["cell_type"] == "code"), ""
-        )
+        before = next((_src(c) for c in reversed(cells[:i]) if c["cell_type"] == "code"), "")
         check = _src(cells[i + 1])
         on_model.append(any(s in check for s in ("lm.", "pg.")) or "lm." in before)
     assert any(on_model), f"{path.name}: no exercise uses the demo model"
@@ -580,7 +578,7 @@ def test_make_student_removes_every_answer_and_output(tmp_path):
         student = _cells(tmp_path / "notebooks" / path.name)
         answers = [_src(c) for c in teacher if "<details>" in _src(c)]
         assert answers, path.name
-        everything = json.dumps(student, ensure_ascii=False)
+        everything = "\n".join(_src(c) for c in student)
         for answer in answers:
             body = answer.split("</summary>", 1)[1].split("</details>")[0].strip()
             assert body[:80] not in everything, f"{path.name}: an answer survived"

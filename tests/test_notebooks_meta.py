@@ -2,7 +2,8 @@
 
 Every notebook under ``notebooks/`` must be committed *executed* (nbval compares against the
 stored outputs, so a notebook without them tests nothing), must set its seeds in the first
-code cell, and must be listed in the course map, notebooks/README.md. Runs in well under a second: nothing executes.
+code cell, and must be listed in the course map, notebooks/README.md. Runs in well under a
+second: nothing executes.
 """
 
 from __future__ import annotations
