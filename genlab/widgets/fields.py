@@ -24,6 +24,10 @@ import re
 from typing import Any
 
 import ipywidgets as widgets
+from ipywidgets.widgets.widget_bool import CheckboxStyle
+from ipywidgets.widgets.widget_description import DescriptionStyle
+from ipywidgets.widgets.widget_int import SliderStyle
+from ipywidgets.widgets.widget_string import HTMLStyle, LabelStyle, TextStyle
 
 from ..config import (
     FIELDS,
@@ -69,6 +73,31 @@ INPUT_WIDTH = "300px"
 #: left margin of an input with no "None" checkbox before it: the inputs of a group
 #: start in one column (a checkbox is 24 px wide, plus its 2 px margins)
 INPUT_INDENT = "2px 2px 2px 30px"
+
+_SHARED: dict = {}
+
+
+def shared_layout(**css) -> widgets.Layout:
+    """One Layout per set of CSS values, shared by every control that uses it: a panel
+    of ~90 fields would otherwise send (and a saved notebook keep) a Layout model per
+    widget. Never change a shared layout in place (assign another one instead)."""
+    key = ("layout", *sorted(css.items()))
+    if key not in _SHARED:
+        _SHARED[key] = widgets.Layout(**css)
+    return _SHARED[key]
+
+
+def shared_style(cls) -> widgets.Widget:
+    """One style model per style class (LabelStyle, TextStyle ...), shared likewise."""
+    key = ("style", cls)
+    if key not in _SHARED:
+        _SHARED[key] = cls()
+    return _SHARED[key]
+
+
+def _row(children: list) -> widgets.HBox:
+    return widgets.HBox(children, layout=shared_layout())
+
 
 _ITEM_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,\s]+")
 
@@ -195,18 +224,27 @@ class FieldControl:
         self.tokenizer = tokenizer
         # the status line takes the room that is left (a long message wraps there); the
         # label and the inputs keep their widths
-        self.status = widgets.HTML(layout=widgets.Layout(margin="0 0 0 6px", flex="1 1 0%"))
+        self.status = widgets.HTML(
+            layout=shared_layout(margin="0 0 0 6px", flex="1 1 0%"),
+            style=shared_style(HTMLStyle),
+        )
         self.label = widgets.Label(
             spec.name,
             tooltip=self._tooltip(),
-            layout=widgets.Layout(width=LABEL_WIDTH, flex="0 0 auto"),
+            layout=shared_layout(width=LABEL_WIDTH, flex="0 0 auto"),
+            style=shared_style(LabelStyle),
         )
         self._build(value)
         parts = self.parts()
-        for part in parts:
-            part.layout.flex = "0 0 auto"
-        if not isinstance(parts[0], widgets.Checkbox):
-            parts[0].layout.margin = INPUT_INDENT
+        for i, part in enumerate(parts):  # shared layouts: flex, and the first input's margin
+            css = {"flex": "0 0 auto"}
+            if part.layout.width:
+                css["width"] = part.layout.width
+            if i == 0 and not isinstance(part, widgets.Checkbox):
+                css["margin"] = INPUT_INDENT
+            own, part.layout = part.layout, shared_layout(**css)
+            if own not in _SHARED.values():
+                own.close()
         self.box = self._layout_box()
         self.box.add_class("genlab-field")
         self.box.add_class(f"genlab-field-{spec.name}")
@@ -224,7 +262,7 @@ class FieldControl:
         return [self.input]
 
     def _layout_box(self) -> widgets.Box:
-        return widgets.HBox([self.label, *self.parts(), self.status])
+        return _row([self.label, *self.parts(), self.status])
 
     def watched(self) -> list[widgets.Widget]:
         """Widgets whose ``value`` changes mean the user edited the field."""
@@ -279,13 +317,15 @@ class NumberControl(FieldControl):
                 step=kind(self.step),
                 readout=False,  # the text box is the readout: it takes any typed value
                 continuous_update=False,
-                layout=widgets.Layout(width="200px"),
+                layout=shared_layout(width="200px"),
+                style=shared_style(SliderStyle),
             )
             self.slider.observe(self._slid, names="value")
         self.text = widgets.Text(
             value=self._format(start),
             continuous_update=False,
-            layout=widgets.Layout(width="90px" if self.slider is not None else INPUT_WIDTH),
+            layout=shared_layout(width="90px" if self.slider is not None else INPUT_WIDTH),
+            style=shared_style(TextStyle),
         )
         self.text.add_class("genlab-number")
         self.input = self.slider if self.slider is not None else self.text
@@ -295,7 +335,8 @@ class NumberControl(FieldControl):
                 value=value is not None,
                 indent=False,
                 tooltip="unchecked: None",
-                layout=widgets.Layout(width="24px"),
+                layout=shared_layout(width="24px"),
+                style=shared_style(CheckboxStyle),
             )
             self._disable(value is None)
             self.enabled.observe(self._toggle, names="value")
@@ -428,7 +469,10 @@ class BoolControl(FieldControl):
             self.input = ChoiceDropdown([None, False, True], value, "100px")
         else:
             self.input = widgets.Checkbox(
-                value=bool(value), indent=False, layout=widgets.Layout(width="40px")
+                value=bool(value),
+                indent=False,
+                layout=shared_layout(width="40px"),
+                style=shared_style(CheckboxStyle),
             )
 
     def read(self):
@@ -469,7 +513,8 @@ class ChoiceDropdown(widgets.Dropdown):
         labels = labels or [str(c) for c in self.choices]
         super().__init__(
             options=list(zip(labels, range(len(self.choices)), strict=True)),
-            layout=widgets.Layout(width=width),
+            layout=shared_layout(width=width),
+            style=shared_style(DescriptionStyle),
         )
         self.choose(value)
 
@@ -508,7 +553,8 @@ class TextControl(FieldControl):
         self.input = cls(
             placeholder=self.PLACEHOLDERS.get(kind, ""),
             continuous_update=False,
-            layout=widgets.Layout(width=INPUT_WIDTH),
+            layout=shared_layout(width=INPUT_WIDTH),
+            style=shared_style(TextStyle),
             **rows,
         )
         self.show(value)
