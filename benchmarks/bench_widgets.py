@@ -111,7 +111,7 @@ def bench_playground_thread(lm, changes: int) -> dict[str, list[float]]:
     marks = Marks(pg)
     for seed in range(1, changes + 1):
         version = pg.version
-        pg.seed_box.value = seed  # the control's own change schedules the update
+        pg.seed_box.value = str(seed)  # the control's own change schedules the update
         while pg.version == version:
             time.sleep(0.002)
         assert pg.worker._job.thread is not None and len(pg.table) == 20
@@ -129,7 +129,7 @@ def bench_playground_loop(lm, changes: int) -> dict[str, list[float]]:
         marks = Marks(pg)
         for seed in range(1, changes + 1):
             version = pg.version
-            pg.seed_box.value = seed
+            pg.seed_box.value = str(seed)
             while pg.version == version:
                 await asyncio.sleep(0.002)
             assert pg.worker._job.loop is not None and len(pg.table) == 20
@@ -144,7 +144,7 @@ def bench_playground_sync(lm, changes: int) -> list[float]:
     pg = Playground(lm, "Once upon a time", **PLAYGROUND)
     out = []
     for seed in range(1, changes + 1):
-        pg.seed_box.value = seed
+        pg.seed_box.value = str(seed)
         t0 = time.perf_counter()
         pg.update(sync=True)
         out.append(time.perf_counter() - t0)
@@ -209,7 +209,7 @@ def bench_kernel(changes: int) -> dict[str, list[float]]:
     try:
         comm_id = execute(KERNEL_SETUP).strip().splitlines()[-1]
         for seed in range(1, changes + 1):
-            state = {"value": seed}
+            state = {"value": str(seed)}
             data = {"method": "update", "state": state, "buffer_paths": []}
             kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
             time.sleep(1.0)  # a person's next change
