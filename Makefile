@@ -59,7 +59,7 @@ $(VENV)/.genlab-lab-installed: pyproject.toml $(VENV)/.genlab-installed
 
 ## lab: (command 2) JupyterLab in the same venv, opened on the first lesson (LAB_ARGS=--no-browser ...)
 lab: $(VENV)/.genlab-lab-installed
-	$(VENV)/bin/jupyter lab $(LAB_ARGS) $(LESSON)
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) $(LESSON)
 
 $(VENV)/.genlab-app-installed: pyproject.toml $(VENV)/.genlab-installed
 	$(PIP) install -e '.[app]'

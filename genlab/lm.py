@@ -278,7 +278,7 @@ class LM:
         2       ␣of  0.989
         """
         run = self._new_run(prompt, chat, system, trace, seed, False, config)
-        run.run(progress=progress)
+        run.run(progress=progress, keep_on_interrupt=False)  # Ctrl-C propagates
         return self.result(run)
 
     def _new_run(self, prompt, chat, system, trace, seed, keep_history, config) -> Run:
