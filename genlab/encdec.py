@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .ids import check_ids, eos_list
+from .ids import check_ids, eos_token_ids
 
 #: arguments that only mean something for an encoder-decoder model
 ENCODER_DECODER_ONLY = (
@@ -259,7 +259,7 @@ def prepare_encoder_decoder(
             f"{model.info.architecture} is an encoder-decoder model: give its source as inputs "
             f"or {name}= (or precomputed encoder_outputs=)"
         )
-    eos = eos_list(config.eos_token_id)
+    eos = eos_token_ids(config)
     pad = config.pad_token_id if config.pad_token_id is not None else (eos[0] if eos else None)
     if inputs is not None:
         inputs = _as_tensor(inputs, name, device)

@@ -11,23 +11,23 @@ from typing import Any
 import torch
 
 
-def eos_list(eos: Any) -> list[int]:
-    """EOS id(s) as a list of ints: ``None`` -> ``[]``, ``2`` -> ``[2]``, a tensor or a list
-    -> its ints.
+def eos_token_ids(eos: Any) -> list[int]:
+    """The EOS ids as a list of ints, the one normal form used everywhere: ``None`` ->
+    ``[]``, ``2`` -> ``[2]``, a tensor or a list -> its ints, and anything with an
+    ``eos_token_id`` attribute (a GenerationConfig) -> that field's list.
 
-    >>> eos_list(2), eos_list([2, 3]), eos_list(None), eos_list(torch.tensor([4]))
-    ([2], [2, 3], [], [4])
+    >>> eos_token_ids(2), eos_token_ids([2, 3]), eos_token_ids(None)
+    ([2], [2, 3], [])
+    >>> eos_token_ids(torch.tensor([4])), eos_token_ids(genlab.GenerationConfig(eos_token_id=7))
+    ([4], [7])
     """
+    if hasattr(eos, "eos_token_id") and not isinstance(eos, (int, torch.Tensor)):
+        eos = eos.eos_token_id
     if eos is None:
         return []
     if isinstance(eos, torch.Tensor):
         return [int(e) for e in eos.reshape(-1).tolist()]
     return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
-
-
-def config_eos(config: Any) -> list[int]:
-    """A generation config's ``eos_token_id`` as a list (empty when unset)."""
-    return eos_list(getattr(config, "eos_token_id", None))
 
 
 def as_ids(x: Any, name: str, ndim: int = 2) -> torch.LongTensor | None:

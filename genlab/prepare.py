@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from .ids import as_ids, check_ids, eos_list
+from .ids import as_ids, check_ids, eos_token_ids
 from .inputs import TOKEN_TYPES_HINT, check_generated_length, prompt_ids
 from .state import Given, Plan
 from .strategies import strategy_for
@@ -98,7 +98,7 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, token
             f"the prompt has {ids.shape[1]} tokens but the model's context is {ctx} "
             "(max_position_embeddings): shorten the prompt"
         )
-    eos = eos_list(config.eos_token_id)
+    eos = eos_token_ids(config)
     pad = config.pad_token_id
     if pad is None and eos:
         pad = eos[0]

@@ -11,8 +11,11 @@ import weakref
 _ADAPTERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def as_model(model):
-    """A genlab-protocol model from a genlab model, an ``LM`` or a transformers model."""
+def as_model(model, callables: bool = False):
+    """A genlab-protocol model from a genlab model, an ``LM`` or a transformers model.
+
+    callables: accept any other callable too and return None for it (the caller then
+    calls it the way the reference calls a model: classifier-free guidance's ``model``)."""
     inner = getattr(model, "model", None)
     if inner is not None and hasattr(inner, "info") and hasattr(inner, "forward"):
         return inner  # an LM wrapper
@@ -26,6 +29,8 @@ def as_model(model):
             wrapped = HFModel(model)
             _ADAPTERS[id(model)] = wrapped
         return wrapped
+    if callables and callable(model):
+        return None
     raise TypeError(
         f"model must be a genlab model, a genlab LM or a transformers PreTrainedModel, "
         f"got {type(model).__name__}"

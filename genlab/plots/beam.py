@@ -32,6 +32,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from ..ids import eos_token_ids
 from .tokens import label
 
 __all__ = ["beam_tree", "STYLE"]
@@ -69,12 +70,7 @@ SCORE_NOTES = {
 def _eos_ids(trace) -> set[int]:
     run = getattr(trace, "run", None)
     config = getattr(run, "gen_config", None) if run is not None else None
-    eos = getattr(config, "eos_token_id", None)
-    if eos is None:
-        return set()
-    if isinstance(eos, int):
-        return {eos}
-    return {int(e) for e in (eos.tolist() if hasattr(eos, "tolist") else eos)}
+    return set(eos_token_ids(getattr(config, "eos_token_id", None)))
 
 
 def _node_label(token, token_id: int, eos: set[int], max_chars: int) -> str:

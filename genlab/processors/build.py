@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..ids import config_eos
+from ..ids import eos_token_ids
 from .base import LogitsProcessorList
 from .bias import NoBadWordsLogitsProcessor, SequenceBiasLogitsProcessor
 from .forcing import (
@@ -63,11 +63,6 @@ def _field(config: Any, name: str) -> Any:
     return getattr(config, name, _FALLBACKS.get(name))
 
 
-def eos_token_ids(config: Any) -> list[int] | None:
-    """The config's EOS id(s) as a list, or None when unset."""
-    return config_eos(config) or None
-
-
 def build_processors(
     config: Any,
     *,
@@ -103,7 +98,7 @@ def build_processors(
     ['temperature', 'top_k']
     """
     device = device if device is not None else "cpu"
-    eos = eos_token_ids(config)
+    eos = eos_token_ids(config) or None
     processors = LogitsProcessorList(
         _core_processors(
             config,

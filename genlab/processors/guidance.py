@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..checks import check_real
+from ..models.adapt import as_model
 from .base import LogitsProcessor
 
 
@@ -43,24 +44,6 @@ class ClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
             )
         cond, uncond = scores.split(rows, dim=0)
         return uncond + (cond - uncond) * self.guidance_scale
-
-
-def _as_genlab_model(model: Any) -> Any:
-    """A genlab-protocol model as it is; a transformers model wrapped in ``HFModel``; None
-    for any other callable (called the way the reference calls the model)."""
-    if hasattr(model, "new_cache") and hasattr(model, "forward"):
-        return model
-    from genlab.models.hf import HFModel, is_transformers_model
-
-    if is_transformers_model(model):
-        return HFModel(model)
-    if callable(model):
-        return None
-    raise ValueError(
-        "`model` for classifier-free guidance must be a genlab model, a transformers model, "
-        "or a callable taking (input_ids, attention_mask=, use_cache=, past_key_values=) and "
-        f"returning an output with .logits; got {type(model).__name__}"
-    )
 
 
 def _call_like_reference(model: Any, feed, mask, use_cache: bool, past) -> tuple[Any, Any]:
@@ -129,7 +112,15 @@ class UnbatchedClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
             ok=lambda v: True,
         )
         self.model = model  # as given (the reference's attribute)
-        self._model = _as_genlab_model(model)
+        try:
+            self._model = as_model(model, callables=True)
+        except TypeError:
+            raise ValueError(
+                "`model` for classifier-free guidance must be a genlab model, a transformers "
+                "model, or a callable taking (input_ids, attention_mask=, use_cache=, "
+                f"past_key_values=) and returning an output with .logits; got "
+                f"{type(model).__name__}"
+            ) from None
         self.unconditional_ids = unconditional_ids
         self.unconditional_attention_mask = unconditional_attention_mask
         self.use_cache = bool(use_cache)

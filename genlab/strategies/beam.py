@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..ids import config_eos
+from ..ids import eos_token_ids
 from ..stepdata import FATES, BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection, Strategy
 
@@ -53,14 +53,11 @@ KEPT, FINISHED, REJECTED, PRUNED, DIVERSITY, CONSTRAINT = range(len(FATES))
 # ----------------------------------------------------------------------------------------
 # small shared helpers (also used by group and constrained beam search)
 # ----------------------------------------------------------------------------------------
-def eos_ids(config) -> list[int]:
-    """The config's EOS ids as a list (empty when none)."""
-    return config_eos(config)
-
-
-def candidates_per_input(config) -> int:
-    """K: how many candidates each input keeps per step, ``max(2, 1 + n_eos) * beams``."""
-    return max(2, 1 + len(eos_ids(config))) * int(config.num_beams)
+def candidates_per_input(config, beams: int | None = None) -> int:
+    """K: how many candidates each input (or beam group of ``beams``) keeps per step,
+    ``max(2, 1 + n_eos) * beams`` (``beams``: the config's num_beams by default)."""
+    beams = int(config.num_beams) if beams is None else int(beams)
+    return max(2, 1 + len(eos_token_ids(config))) * beams
 
 
 def fill_token(config) -> int:
@@ -68,7 +65,7 @@ def fill_token(config) -> int:
 
     The reference's expression treats a pad id of 0 as missing, so 0 falls back to EOS.
     """
-    eos = eos_ids(config)
+    eos = eos_token_ids(config)
     if not eos:
         return -1
     return int(config.pad_token_id) if config.pad_token_id else eos[0]

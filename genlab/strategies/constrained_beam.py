@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from ..constraints import ConstraintListState, constraints_from_force_words
+from ..ids import eos_token_ids
 from ..stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection
 from .beam import (
@@ -42,7 +43,7 @@ from .beam import (
     PRUNED,
     REJECTED,
     BeamSearch,
-    eos_ids,
+    candidates_per_input,
     is_listening,
     publish,
     stop_flags,
@@ -120,12 +121,12 @@ class ConstrainedBeamSearch(BeamSearch):
         cfg = self.config
         B, n = self.batch_size, self.num_beams
         vocab = scores.shape[-1]
-        k = max(2, 1 + len(eos_ids(cfg))) * n
+        k = candidates_per_input(cfg)
         values, flat = torch.topk(scores.view(B, n * vocab), k, dim=1, largest=True, sorted=True)
         parents = (flat / vocab).long()  # the reference's float division, kept
         tokens = flat % vocab
         length = ctx.sequences.shape[1]
-        eos = eos_ids(cfg)
+        eos = eos_token_ids(cfg)
         eos_set = set(eos)
         new_scores = torch.zeros((B, n), dtype=values.dtype, device=values.device)
         new_tokens = torch.zeros((B, n), dtype=tokens.dtype, device=values.device)
@@ -284,7 +285,7 @@ class ConstrainedBeamSearch(BeamSearch):
         token_id = int(token_id)
         rows = torch.arange(B * n, device=scores.device)
         new_scores = scores[:, token_id].clone()
-        if token_id in eos_ids(cfg):
+        if token_id in eos_token_ids(cfg):
             length = ctx.sequences.shape[1]
             for b in range(B):
                 if self.done_inputs[b]:

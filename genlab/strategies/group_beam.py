@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from ..ids import eos_token_ids
 from ..processors.base import call_processor
 from ..stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection
@@ -55,7 +56,7 @@ from .beam import (
     PRUNED,
     REJECTED,
     BeamSearch,
-    eos_ids,
+    candidates_per_input,
     is_listening,
     publish,
     stop_flags,
@@ -245,7 +246,7 @@ class GroupBeamSearch(BeamSearch):
         cfg = self.config
         B, n, G, S = self.batch_size, self.num_beams, self.groups, self.group_size
         vocab = logits.shape[-1]
-        k = max(2, 1 + len(eos_ids(cfg))) * S
+        k = candidates_per_input(cfg, S)
         listening = is_listening(ctx)
         staged = ctx.wants_stages()
         stages: list[tuple[str, torch.Tensor]] = []
@@ -297,7 +298,7 @@ class GroupBeamSearch(BeamSearch):
         B, S = self.batch_size, self.group_size
         dev = values.device
         k = values.shape[1]
-        eos = eos_ids(self.config)
+        eos = eos_token_ids(self.config)
         is_eos = (
             torch.isin(tokens, torch.tensor(eos, device=dev))
             if eos
@@ -417,7 +418,7 @@ class GroupBeamSearch(BeamSearch):
         token_id = int(token_id)
         rows = torch.arange(B * n, device=scores.device)
         added = scores[:, token_id]
-        if token_id in eos_ids(cfg):
+        if token_id in eos_token_ids(cfg):
             length = ctx.sequences.shape[1]
             for b in range(B):
                 for g in range(G):
@@ -629,7 +630,7 @@ def pooled_output(strategy, ctx, pools, keep: int) -> dict[str, Any]:
         keep,
         max_length,
         cfg.pad_token_id,
-        eos_ids(cfg) or [cfg.pad_token_id],
+        eos_token_ids(cfg) or [cfg.pad_token_id],
         ctx.sequences,
     )
     strategy.returned_nodes = nodes
