@@ -895,3 +895,114 @@ def test_debugger_settings_are_built_when_their_tab_is_first_shown(classic):
     assert dbg.panel.accordion.selected_index is None
     with pytest.raises(ValueError, match="group must be one of"):
         dbg.panel.open_group("nope")
+
+
+# ----------------------------------------------------------------------------------------
+# issue 26: honest inputs, whole forced words, the forced queue, resuming, readable values
+# ----------------------------------------------------------------------------------------
+def test_typed_numbers_are_taken_as_typed_or_refused_with_the_reason():
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=20))
+    box = panel.controls["max_new_tokens"].text
+    box.value = "100000"  # beyond the slider: taken, the slider widens (never clamped)
+    assert panel.config.max_new_tokens == 100000
+    assert panel.controls["max_new_tokens"].input.max == 100000
+    box.value = "-3"
+    assert panel.config.max_new_tokens == 100000 and ">= 1" in panel.errors["max_new_tokens"]
+    box.value = "2.5"
+    assert "whole number" in panel.errors["max_new_tokens"]
+    panel.open_group("logits")
+    panel.controls["top_k"].text.value = "1e8"  # a whole number typed so: taken as 10**8
+    assert panel.config.top_k == 100_000_000
+    panel.controls["temperature"].text.value = "nan"
+    assert "finite" in panel.errors["temperature"] and panel.config.temperature == 1.0
+    guidance = panel.controls["guidance_scale"]
+    guidance.enabled.value = True
+    guidance.text.value = "1e308"
+    assert "NaN" in panel.errors["guidance_scale"] and panel.config.guidance_scale != 1e308
+
+
+def test_seed_box_refuses_what_is_not_a_seed_in_words(classic):
+    pg = Playground(classic, "The")
+    for typed, reason in (("2.5", "whole number"), ("1e5", "whole number"),
+                          ("99999999999999999999", "out of range")):  # fmt: skip
+        pg.seed_box.value = typed
+        pg.update(sync=True)
+        assert reason in pg.error and typed in pg.error
+        assert ".py" not in pg.status.value and pg.status.value.count(typed) == 1
+    pg.seed_box.value = "3"
+    pg.update(sync=True)
+    assert pg.error is None and "seed 3" in pg.status.value
+
+
+def test_forcing_again_replaces_the_whole_forced_word_and_the_queue_is_shown(uniform):
+    dbg = StepDebugger(uniform, "a", max_new_tokens=12)
+    dbg.step(2)
+    ids = uniform.tokenizer.encode(" b c d", add_special_tokens=False)
+    assert len(ids) >= 2
+    dbg.force(list(ids))  # a word of several tokens, taken at step 1
+    assert dbg.run.sequences[0, -len(ids) :].tolist() == list(ids)
+    dbg.force(int(ids[0]))  # forcing again: the whole word is replaced, not its last piece
+    assert dbg.run.step_index == 2 and int(dbg.run.sequences[0, -1]) == int(ids[0])
+    dbg.force(list(ids))
+    dbg.rewind(1)  # the step's forced token is queued again: shown, and clearable
+    assert dbg.run.pending_forced and "queued to be forced" in dbg.forced_view.value
+    assert dbg.clear_button.layout.display is None
+    dbg.clear_forced()
+    assert not dbg.run.pending_forced and dbg.forced_view.value == ""
+
+
+def test_raising_max_new_tokens_resumes_and_lowering_it_is_refused(uniform):
+    dbg = StepDebugger(uniform, "a", max_new_tokens=3)
+    dbg.step(3)
+    dbg.step()
+    assert dbg.run.finished and "max_new_tokens" in dbg.notice
+    dbg.panel.set("max_new_tokens", 5)
+    assert not dbg.run.finished  # it goes on, as the message said
+    dbg.step(2)
+    assert dbg.run.step_index == 5
+    dbg.panel.set("max_new_tokens", 2)  # below what the run holds: refused, with the count
+    assert dbg.run.config.max_new_tokens == 5
+    assert "5 generated" in dbg.panel.errors["max_new_tokens"]
+
+
+def test_run_is_stopped_and_clicks_during_it_are_refused_in_words(uniform):
+    import asyncio
+
+    dbg = StepDebugger(uniform, "a", max_new_tokens=200)
+
+    async def main():
+        dbg.run_button.click()  # on the loop: one token per callback
+        await asyncio.sleep(0.05)
+        assert dbg.worker.busy and not dbg.stop_button.disabled  # visibly busy
+        at = dbg.run.step_index
+        dbg.rewind_button.click()  # refused, in words, never applied later
+        assert "not applied" in dbg.status.value and dbg.run.step_index >= at
+        dbg.stop_button.click()
+        await asyncio.sleep(0.05)
+        assert not dbg.worker.busy
+
+    asyncio.run(main())
+    n = dbg.run.step_index
+    assert 0 < n < 200 and "stopped after" in dbg.status.value
+    dbg.step()
+    assert dbg.run.step_index == n + 1  # Stop keeps the run steppable; no late Rewind
+
+
+def test_running_text_keeps_spaces_and_shows_a_split_character_whole():
+    from genlab.tokens import running_pieces
+    from genlab.widgets.render import contrast, ink, prob_colour, prob_text, token_spans
+
+    html_text = token_spans([" the", " end", "\n", "x"], [0.9, 0.0, 0.5, 1e-7])
+    assert "\u2423" not in html_text and " the" in html_text and "genlab-nl" in html_text
+    assert all(contrast(ink(prob_colour(p / 20)), prob_colour(p / 20)) >= 4.5 for p in range(21))
+    assert prob_text(3e-7) == "3.0×10⁻⁷" and prob_text(0.5) == "0.500"
+
+    class Bytes:  # a byte-level tokenizer of two tokens that hold halves of 'é'
+        def decode(self, ids):
+            return "\ufffd"
+
+        def convert_ids_to_tokens(self, i):
+            return ["Ã", "©"][i]  # bytes C3, A9
+
+    pieces = running_pieces(Bytes(), [0, 1])
+    assert [t for t, _ in pieces] == ["", "é"] and "C3 A9" in pieces[1][1]

@@ -33,7 +33,16 @@ from ..config import GenerationConfig
 from ..engine import Run
 from ..plots.tokens import candidates, stage_name
 from ..tokens import running_pieces, show_token
-from .base import FOCUS_CSS, button, controls_row, figure_image, parse_int, scroll_box, title_html
+from .base import (
+    FOCUS_CSS,
+    button,
+    controls_row,
+    error_text,
+    figure_image,
+    parse_int,
+    scroll_box,
+    title_html,
+)
 from .config_panel import ConfigPanel
 from .live import LiveView, initial_config, run_total, start_run
 from .render import (
@@ -52,6 +61,9 @@ from .worker import Job, running_loop
 
 #: seconds of quiet after a click before its view is drawn (quick clicks draw once)
 DEFER = 0.02
+
+#: the settings that decide where a run ends by length
+LENGTH_FIELDS = ("max_new_tokens", "max_length")
 
 
 def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
@@ -194,6 +206,8 @@ class StepDebugger(LiveView):
             open_group=None,  # "logits" opens with the Settings tab (built only then)
             title="Settings (take effect at the next step)",
         )
+        self._good_lengths = {n: getattr(run.config, n, None) for n in LENGTH_FIELDS}
+        self.panel.on_change(self._settings_changed)
         self.step_button = button("Step", button_style="primary")
         self.run_button = button("Run")
         self.rewind_button = button("Rewind")
@@ -293,6 +307,30 @@ class StepDebugger(LiveView):
             return f"stopped after {n} tokens: Rewind (even 0 steps) to go on, or Fork"
         return f"the run has finished ({n} tokens): {back}"
 
+    def _settings_changed(self, panel, names) -> None:
+        """A length changed in Settings: handed to the run (``run.set``), which goes on
+        when it had ended by length under a lower limit; a length below what the run holds
+        is refused next to its field, with the reason, and the last good value stays."""
+        changed = [n for n in names if n in LENGTH_FIELDS]
+        if not changed or not hasattr(self.run, "set"):
+            return
+        run = self.run
+        try:
+            with self._lock:
+                run.set(**{n: getattr(run.config, n) for n in changed})
+        except (ValueError, RuntimeError) as err:
+            for n in changed:  # (a refused set may leave the run another config object)
+                setattr(run.config, n, self._good_lengths.get(n))
+            panel.bind(run.config)
+            for n in changed:
+                panel._reject(n, error_text(err))
+            self.show_error(err)
+            return
+        if panel.config is not run.config:
+            panel.bind(run.config)
+        self._good_lengths = {n: getattr(run.config, n, None) for n in LENGTH_FIELDS}
+        self._changed()
+
     def step(self, n: int = 1) -> None:
         """Take ``n`` steps (fewer if the generation ends); on a finished run, say so."""
         with self._lock:
@@ -354,6 +392,7 @@ class StepDebugger(LiveView):
         """Undo the last ``n`` steps (the config goes back to what those steps used)."""
         with self._lock:
             self.run.rewind(n)
+            self._good_lengths = {k: getattr(self.run.config, k, None) for k in LENGTH_FIELDS}
             spans = self._forced_spans.get(id(self.run), [])
             self._forced_spans[id(self.run)] = [s for s in spans if s[1] <= self.run.step_index]
             self.panel.bind(self.run.config)
