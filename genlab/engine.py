@@ -151,7 +151,7 @@ class Run:
     negative_prompt_attention_mask: the unconditional prompt of classifier-free guidance;
     use_model_defaults: whether the model's generation defaults fill unset fields;
     tokenizer: for stop strings, healing and readable records; trace: record every stage
-    (``True`` or Tracer options such as ``{"top_k": 20}``); seed: the run's own random
+    (``True`` or Tracer options such as ``{"depth": 20}``); seed: the run's own random
     stream; keep_history: keep a :class:`~genlab.history.RunHistory` so that
     :meth:`rewind` works; prefix_cache: a :class:`~genlab.prefix.PrefixCache` whose prompt
     keys and values the run may reuse; random: a :class:`~genlab.randomness.RunRandom` to

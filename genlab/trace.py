@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,11 +82,20 @@ class Tracer:
     :meth:`on_stage` and :meth:`on_step_end`.
     """
 
-    def __init__(self, run, top_k: int = 10, stages: bool = True) -> None:
-        if top_k < 1:
-            raise ValueError(f"trace top_k must be >= 1, got {top_k}")
+    def __init__(self, run, depth: int = 10, stages: bool = True, top_k: int | None = None):
+        if top_k is not None:  # the old name, easily confused with the config field
+            warnings.warn(
+                "Tracer(top_k=...) is now Tracer(depth=...) (trace={'depth': n}): top_k is "
+                "the sampling field; the old name goes in the next release",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            depth = top_k
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"trace depth must be an int >= 1, got {depth!r}")
         self.run = run
-        self.top_k = int(top_k)
+        #: how many of the best tokens each stage keeps (the trace's recording depth)
+        self.depth = int(depth)
         self.record_stages = stages
         # the stages seen so far in this step, one list per token position
         self._current: list[list[tuple[str, torch.Tensor]]] = []
@@ -183,7 +193,7 @@ class Tracer:
         s = scores.detach().float()
         probs = torch.softmax(s, dim=-1)
         lse = torch.logsumexp(s, dim=-1, keepdim=True)  # one pass instead of a log_softmax
-        k = min(self.top_k, s.shape[-1])
+        k = min(self.depth, s.shape[-1])
         top_values, top_ids = s.topk(k, dim=-1)
         idx = chosen.clamp(min=0)[:, None].to(s.device)
         chosen_values = s.gather(1, idx)

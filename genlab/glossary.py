@@ -1,0 +1,58 @@
+"""Glossary: one name for each concept, and where it lives.
+
+This module holds no code; it is the vocabulary the rest of genlab uses.
+
+**run** -- a generation in progress, :class:`genlab.engine.Run`. ``lm.start(...)`` makes
+one that can step, force, rewind and fork; ``lm.generate(...)`` and ``genlab.generate``
+drive one to the end.
+
+**step** -- one pass of the step loop: forward, processors, choice, commit. A step adds
+one token per row (assisted decoding adds several). **step index**: how many steps a run
+has taken, ``run.step_index``; the step being computed has that index (0 = the first
+generated token). A :class:`~genlab.engine.Step` record's ``index``, a trace record's
+``step``, a hook's ``step=`` argument and ``ctx.step`` are all this number.
+
+**config** / **config in force** -- ``run.config`` is the user's editable
+GenerationConfig (edits apply at the next step; ``run.set(...)`` checks them at once).
+``run.gen_config`` is the config in force: the same values with the lengths resolved for
+the prompt, what the processors, criteria and strategy were built from (``ctx.config``
+inside a step). Rewinding restores the config that was in force at the step rewound to.
+
+**EOS ids** -- the end-of-sequence ids as a list of ints, ``run.eos_token_ids``;
+:func:`genlab.ids.eos_token_ids` turns any form (an int, a list, a tensor, a config) into
+it.
+
+**history** -- two things with distinct names: ``run.history`` is the list of
+:class:`~genlab.engine.Step` records, one per step (what happened); the run's
+:class:`~genlab.history.RunHistory` (``keep_history=True``, on by default in
+``lm.start``) holds what :meth:`~genlab.engine.Run.rewind` needs, in linear memory. A
+widget's ``history()`` is a table of the Step records.
+
+**fork** -- an independent copy of a run: it shares only the model and tokenizer.
+
+**random source** -- :class:`genlab.randomness.RunRandom`, the run's own
+``torch.Generator`` (seeded runs and runs that keep history). torch's global generator is
+used only by plain ``generate`` calls without a seed, as in the reference.
+
+**hook point** -- a dotted name where hooks run: ``logits``, ``processor.<ClassName>``,
+``scores``, ``select``, ``beam.candidates``, ``step_end``, ``finish``
+(:mod:`genlab.hooks`). A **hook** may replace the value; an **observer** (the trace, the
+widgets) only sees it.
+
+**stage** -- the scores after one processor. Its name in hook points and trace tables is
+the processor's class name (``TopKLogitsWarper``), as transformers users know it; the
+processor's ``stage_name`` (``"top_k"``) is its short label in plots and panels. The
+first stage is ``raw`` (the logits), the last ``final`` (the scores the strategy chooses
+from).
+
+**trace** -- a :class:`~genlab.trace.Tracer` observes a run and keeps, for every token,
+the best ``depth`` tokens of every stage (``trace={"depth": 20}``; ``depth`` is not the
+sampling field ``top_k``). Its :class:`~genlab.trace.Trace` gives the tables.
+
+**step data** -- what a strategy family tells the trace about a step, typed
+(:mod:`genlab.stepdata`): ``BeamStep``, ``AssistedStep``, ``ContrastiveStep``, ``DolaStep``,
+with enums for candidate fates and draft sources.
+
+**finished by** -- why a run ended, ``run.finished_by``: ``"length"`` (raising
+``max_new_tokens`` resumes it), ``"eos"``, ``"criteria"`` or ``"interrupted"``.
+"""

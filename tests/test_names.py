@@ -1,0 +1,46 @@
+"""One name per concept: the normal forms and the deprecated aliases that still work."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import genlab
+from conftest import tiny_llama
+from genlab.ids import eos_token_ids
+from genlab.models.architectures import build_decoder
+from genlab.trace import Tracer
+
+
+@pytest.fixture(scope="module")
+def model():
+    hf = tiny_llama(0)
+    return build_decoder(hf.config.to_dict(), hf.state_dict())
+
+
+def test_eos_token_ids_takes_every_form():
+    cfg = genlab.GenerationConfig(eos_token_id=[4, 9])
+    assert eos_token_ids(cfg) == [4, 9]
+    assert eos_token_ids(3) == [3] and eos_token_ids(None) == []
+    assert eos_token_ids(torch.tensor([[5, 6]])) == [5, 6] and eos_token_ids((7,)) == [7]
+
+
+def test_trace_depth_and_its_deprecated_alias(model):
+    run = genlab.start(model, torch.tensor([[1, 5, 17]]), max_new_tokens=2, trace={"depth": 3})
+    run.run()
+    assert run.tracer.depth == 3
+    assert run.tracer.steps[0].stages[-1].top_ids.shape[1] == 3
+    with pytest.warns(DeprecationWarning, match="depth"):
+        old = Tracer(run, top_k=4)
+    assert old.depth == 4
+    with pytest.raises(ValueError, match="depth"):
+        Tracer(run, depth=0)
+
+
+def test_the_glossary_names_what_the_code_uses():
+    import genlab.glossary as glossary
+
+    text = glossary.__doc__
+    for name in ("run.step_index", "run.gen_config", "eos_token_ids", "RunHistory", "depth",
+                 "stepdata", "finished_by", "RunRandom"):  # fmt: skip
+        assert name in text, name
