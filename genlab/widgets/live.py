@@ -80,11 +80,11 @@ def start_run(
     with WARNINGS_LOCK, warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         run = lm._new_run(
-            prompt, chat, None, {"top_k": trace_top_k}, seed, keep_history,
+            prompt, chat, None, {"depth": trace_top_k}, seed, keep_history,
             {"generation_config": config.copy()},
         )  # fmt: skip
     if tracer_class is not None:
-        run.attach_tracer(tracer_class(run, top_k=trace_top_k))
+        run.attach_tracer(tracer_class(run, depth=trace_top_k))
     return run
 
 
