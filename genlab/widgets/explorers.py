@@ -41,8 +41,8 @@ class ScoresBeforeWatermark(Tracer):
     received (row 0, shape (vocab,)): what :func:`genlab.watermark.greenlist_table`
     needs to show the bias before and after."""
 
-    def __init__(self, run, top_k: int = 10, stages: bool = True) -> None:
-        super().__init__(run, top_k=top_k, stages=stages)
+    def __init__(self, run, depth: int = 10, stages: bool = True) -> None:
+        super().__init__(run, depth=depth, stages=stages)
         self.before: dict[int, torch.Tensor] = {}
         self._last: torch.Tensor | None = None
 
