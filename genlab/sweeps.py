@@ -106,6 +106,7 @@ def sweep(
     chat: bool | None = None,
     system: str | None = None,
     progress: Any = None,
+    executor: Any = None,
     **config: Any,
 ) -> SweepResult:
     """Sample ``n`` continuations of ``prompt`` for every combination of ``grid`` (see the
@@ -118,16 +119,36 @@ def sweep(
     of every setting's batch; max_new_tokens: the length of each sample; chat, system: how
     the prompt is encoded (chat template, system message).
 
+    executor: a :class:`concurrent.futures.Executor` to run the settings on (one task per
+    setting), e.g. a ``ProcessPoolExecutor`` or a Dask cluster's
+    ``distributed.Client(...).get_executor()``. Tasks carry the model's name or folder (the
+    ``lm`` must come from ``genlab.load(name_or_folder)``, or be that name), and every
+    worker process loads the model once and keeps it for later tasks. The table is the one
+    the same call gives in one process.
+
     (Not run as a test: it samples a grid of settings for seconds and prints a wide table (notebook
     11).)
 
     >>> sw = genlab.sweep(lm, "Describe the sea.", {"temperature": [0.5, 1]})  # doctest: +SKIP
     >>> sw.metrics                                                 # doctest: +SKIP
     """
-    from .lm import LM
+    import os
 
-    if not isinstance(lm, LM):
+    from .lm import LM, load
+
+    spec = None
+    if isinstance(lm, (str, os.PathLike)):
+        spec = ModelSpec(str(lm))
+        lm = load(lm)
+    elif not isinstance(lm, LM):
         lm = LM(lm)
+    if executor is not None:
+        spec = spec or _spec_of(lm)
+        if not callable(getattr(executor, "submit", None)):
+            raise ValueError(
+                f"executor={executor!r}: give a concurrent.futures.Executor (an object with "
+                "submit), e.g. ProcessPoolExecutor() or a Dask Client's get_executor()"
+            )
     grid = _check_grid(grid)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r} must be a positive integer (samples per setting)")
@@ -144,67 +165,25 @@ def sweep(
     t0 = time.perf_counter()
     sample_rows: list[dict] = []
     metric_rows: list[dict] = []
-    for done, values in enumerate(settings):
-        setting = dict(zip(keys, values, strict=True))
-        res = lm.generate(
-            prompt_ids[None],
-            seed=seed,
-            num_return_sequences=n,
-            max_new_tokens=max_new_tokens,
-            **config,
-            **setting,
-        )
-        eos = set(res.run.eos_token_ids)
-        pad = res.run.pad_token_id
-        generated = []
-        ended = []
-        for row in res.generated_ids.tolist():
-            toks, hit = [], False
-            for t in row:
-                toks.append(t)
-                if t in eos:
-                    hit = True
-                    break
-            if not hit and pad is not None and pad not in eos:
-                while toks and toks[-1] == pad and len(toks) < len(row):
-                    toks.pop()
-            generated.append(toks)
-            ended.append(hit)
-        nonempty = [i for i, g in enumerate(generated) if g]
-        lps = [float("nan")] * n
-        if nonempty:
-            sc = _score_samples(lm, prompt_ids, [generated[i] for i in nonempty])
-            for i, v in zip(nonempty, sc, strict=True):
-                lps[i] = v
-        tok = lm.tokenizer
-        for i, (toks, hit) in enumerate(zip(generated, ended, strict=True)):
-            text = tok.decode(toks, skip_special_tokens=True) if tok is not None else str(toks)
-            sample_rows.append(
-                {
-                    **setting,
-                    "sample": i,
-                    "text": text,
-                    "length": len(toks),
-                    "ended_with_eos": hit,
-                    "mean_logprob": lps[i],
-                    "repetition": repetition(toks),
-                    "token_ids": toks,
-                }
-            )
-        lengths = [len(g) for g in generated]
-        metric_rows.append(
-            {
-                **setting,
-                "mean_logprob": float(pd.Series(lps).mean()),
-                "distinct_1": distinct(generated, 1),
-                "distinct_2": distinct(generated, 2),
-                "repetition": float(pd.Series([repetition(g) for g in generated]).mean()),
-                "length": sum(lengths) / n,
-                "eos_rate": sum(ended) / n,
-            }
-        )
+    jobs = [dict(zip(keys, values, strict=True)) for values in settings]
+    args = (prompt_ids, n, seed, max_new_tokens, config)
+    if executor is None:
+        outcomes = []
+        for done, setting in enumerate(jobs):
+            outcomes.append(_sweep_setting(lm, setting, *args))
+            if progress is not None:
+                progress(done + 1, len(settings))
+    else:
+        futures = [executor.submit(_remote_setting, spec, setting, *args) for setting in jobs]
         if progress is not None:
-            progress(done + 1, len(settings))
+            from concurrent.futures import as_completed
+
+            for done, _ in enumerate(as_completed(futures)):
+                progress(done + 1, len(settings))
+        outcomes = [f.result() for f in futures]
+    for rows, metrics in outcomes:
+        sample_rows.extend(rows)
+        metric_rows.append(metrics)
     return SweepResult(
         samples=pd.DataFrame(sample_rows),
         metrics=pd.DataFrame(metric_rows),
@@ -212,6 +191,113 @@ def sweep(
         seconds=time.perf_counter() - t0,
         n=n,
     )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a worker process needs to load a sweep's model: the arguments of
+    :func:`genlab.load` (a name or folder; picklable, unlike the model)."""
+
+    source: str
+    revision: str | None = None
+    dtype: str | None = None  # a torch dtype's name: "bfloat16"
+
+
+def _spec_of(lm) -> ModelSpec:
+    args = getattr(lm, "load_args", None)
+    if not args:
+        raise ValueError(
+            "executor=: the model must be loaded by name or folder (genlab.load('demo') or "
+            "genlab.load('path/to/folder')), or given as that name, so that each worker can "
+            "load it; a model object cannot be sent to other processes"
+        )
+    dtype = args.get("dtype")
+    return ModelSpec(
+        str(args["source"]),
+        args.get("revision"),
+        None if dtype is None else str(dtype).removeprefix("torch."),
+    )
+
+
+_WORKER_MODELS: dict[ModelSpec, Any] = {}  # per process: a worker loads each model once
+WORKER_LOADS: list[ModelSpec] = []  # the models this process loaded for sweep tasks, in order
+
+
+def worker_model(spec: ModelSpec):
+    """The model of ``spec`` in this process, loaded on first use and kept (the worker's
+    later tasks reuse it; :data:`WORKER_LOADS` records each load)."""
+    if spec not in _WORKER_MODELS:
+        from .lm import load
+
+        _WORKER_MODELS[spec] = load(spec.source, revision=spec.revision, dtype=spec.dtype)
+        WORKER_LOADS.append(spec)
+    return _WORKER_MODELS[spec]
+
+
+def _remote_setting(spec: ModelSpec, setting: dict, *args):
+    """One setting of a sweep in a worker process (see :func:`sweep`'s ``executor``)."""
+    return _sweep_setting(worker_model(spec), setting, *args)
+
+
+def _sweep_setting(lm, setting, prompt_ids, n, seed, max_new_tokens, config):
+    """The samples and the metrics of one setting: (sample rows, metric row)."""
+    rows: list[dict] = []
+    res = lm.generate(
+        prompt_ids[None],
+        seed=seed,
+        num_return_sequences=n,
+        max_new_tokens=max_new_tokens,
+        **config,
+        **setting,
+    )
+    eos = set(res.run.eos_token_ids)
+    pad = res.run.pad_token_id
+    generated = []
+    ended = []
+    for row in res.generated_ids.tolist():
+        toks, hit = [], False
+        for t in row:
+            toks.append(t)
+            if t in eos:
+                hit = True
+                break
+        if not hit and pad is not None and pad not in eos:
+            while toks and toks[-1] == pad and len(toks) < len(row):
+                toks.pop()
+        generated.append(toks)
+        ended.append(hit)
+    nonempty = [i for i, g in enumerate(generated) if g]
+    lps = [float("nan")] * n
+    if nonempty:
+        sc = _score_samples(lm, prompt_ids, [generated[i] for i in nonempty])
+        for i, v in zip(nonempty, sc, strict=True):
+            lps[i] = v
+    tok = lm.tokenizer
+    for i, (toks, hit) in enumerate(zip(generated, ended, strict=True)):
+        text = tok.decode(toks, skip_special_tokens=True) if tok is not None else str(toks)
+        rows.append(
+            {
+                **setting,
+                "sample": i,
+                "text": text,
+                "length": len(toks),
+                "ended_with_eos": hit,
+                "mean_logprob": lps[i],
+                "repetition": repetition(toks),
+                "token_ids": toks,
+            }
+        )
+    lengths = [len(g) for g in generated]
+    metrics = {
+        **setting,
+        "mean_logprob": float(pd.Series(lps).mean()),
+        "distinct_1": distinct(generated, 1),
+        "distinct_2": distinct(generated, 2),
+        "repetition": float(pd.Series([repetition(g) for g in generated]).mean()),
+        "length": sum(lengths) / n,
+        "eos_rate": sum(ended) / n,
+    }
+    return rows, metrics
 
 
 def _score_samples(lm, prompt: torch.Tensor, samples: list[list[int]]) -> list[float]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import tiny_llama
 
 import genlab
-from conftest import tiny_llama
 from genlab.models import matmul as mm
 from genlab.models.architectures import build_decoder
 
