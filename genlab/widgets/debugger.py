@@ -355,6 +355,7 @@ class StepDebugger(LiveView):
         if self.run.finished:
             self.step()  # says why nothing happens
             return
+        self._refused = None
         self.update()
 
     def compute(self, job: Job):
@@ -363,7 +364,7 @@ class StepDebugger(LiveView):
         run = self.run
         start, t0 = run.step_index, time.perf_counter()
         last = t0
-        self.notice = self._refused = None
+        self.notice = None  # (a refused click stays shown: _refused is reset at the Run)
         while not run.finished:
             if job.cancelled.is_set():  # Stop: the steps so far stay; Step or Run go on
                 self.notice = f"stopped after {run.step_index} tokens: Step or Run go on from here"
@@ -652,6 +653,9 @@ class StepDebugger(LiveView):
             state, kind = f"{run_total(run) - run.step_index} tokens to go at most", "info"
         if self.notice and not run.finished:
             state, kind = self.notice, "warn"
+        if self._refused:  # a click refused during the Run that just ended
+            state, kind = f"{state}\n{self._refused}", "warn"
+            self._refused = None
         self.status.value = message(
             f"step {run.step_index} · {run.mode} · {state}"
             + (f" · {len(self.runs)} runs" if len(self.runs) > 1 else "")
