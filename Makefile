@@ -115,7 +115,7 @@ docs: $(VENV)/.genlab-test-installed
 
 ## wheel: build the sdist and the wheel into dist/ and check their contents
 wheel: $(VENV)/.genlab-test-installed
-	rm -rf dist
+	rm -rf dist build/lib build/bdist.*  # setuptools' build/lib keeps renamed modules
 	$(PY) -m build --sdist --wheel --outdir dist . > /dev/null
 	$(PY) scripts/check_wheel.py dist
 

@@ -22,7 +22,7 @@ t() { echo "[fresh-venv] $(( $(date +%s) - START )) s: $*"; }
 START=$(date +%s)
 
 # 1. sdist + wheel (isolated build), and what they contain
-rm -rf "$ROOT/dist"
+rm -rf "$ROOT/dist" "$ROOT/build/lib" "$ROOT"/build/bdist.*  # build/lib keeps renamed modules
 "$PYTHON" -m build --sdist --wheel --outdir "$ROOT/dist" . > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; exit 1; }
 "$PYTHON" scripts/check_wheel.py "$ROOT/dist"
