@@ -73,12 +73,18 @@ def child() -> None:
     )  # fmt: skip
 
 
-def measure(setting: dict) -> dict:
+def measure(setting: dict, timeout: float) -> dict:
+    """One fresh process with ``setting`` in its environment; a process that runs past
+    ``timeout`` seconds is stopped and counted as that long (a lower bound)."""
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     env.update(setting, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    out = subprocess.run(
-        [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True
-    )
+    try:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"decode_s": timeout, "rerun_s": timeout, "threads": "?", "form": "timed out"}
     if out.returncode:
         raise RuntimeError(f"the measuring process failed ({setting}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -99,7 +105,11 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--competitors", type=int, nargs="+", default=[0, 2, 3])
-    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument(
+        "--settings", nargs="+", choices=list(SETTINGS),
+        default=["genlab default", "torch default", "OMP_NUM_THREADS=1", "OMP_WAIT_POLICY=PASSIVE"],
+    )  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=150, help="seconds per process")
     args = parser.parse_args()
     if args.child:
         child()
@@ -115,7 +125,7 @@ def main() -> None:
                 order = args.settings if repeat % 2 == 0 else args.settings[::-1]
                 for name in order:
                     loads.setdefault(n, []).append(os.getloadavg()[0])
-                    r = measure(SETTINGS[name])
+                    r = measure(SETTINGS[name], args.timeout)
                     results.setdefault((n, name), []).append(r)
                     print(
                         f"  repeat {repeat} competitors {n} {name:24s} decode "
@@ -125,7 +135,10 @@ def main() -> None:
                     )
             finally:
                 stop(competitors)
-    print("\nmedian seconds (24-token demo decode | 20-token re-run); x best at that load")
+    print(
+        "\nmedian seconds (24-token demo decode | 20-token re-run); x best at that load; "
+        f"a process stopped at {args.timeout:.0f} s counts as {args.timeout:.0f} s"
+    )
     for n in args.competitors:
         med = {
             name: (

@@ -156,7 +156,7 @@ def main() -> None:
     ids = prompt_ids(tokenizer, *DEMO_PROMPTS[0])
     probe = torch.ones(250_000_000, dtype=torch.float32)
     runs = {
-        **{name: (lambda m=m, k=1: genlab_seconds(m, ids, k)) for name, m in models.items()},
+        **{name: (lambda k=1, m=m: genlab_seconds(m, ids, k)) for name, m in models.items()},
         "transformers fp32": lambda k=1: hf_seconds(hf32, ids, k),
         "transformers bf16": lambda k=1: hf_seconds(hf16, ids, k),
         "genlab fp32, 1 sampled row": lambda k=1: genlab_seconds(g32, ids, k, 1, True),

@@ -145,7 +145,7 @@ _MEASURED: dict[tuple, dict] = {}
 PROBE_SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))
 PROBE_LAYERS = 4
 PROBE_ROWS = 16
-PROBE_REPEATS = 5
+PROBE_REPEATS = 3
 BOTH_MEMORY_SHARE = 0.25  # keep both forms when the extra copy is at most this share of free memory
 
 
