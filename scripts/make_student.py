@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
+# the exercises' pointer to their folded answer, which the student copy does not have
+FOLDED = " The answer is folded under **Answer** below it (click to open)."
 
 
 def _source(cell: dict) -> str:
@@ -47,6 +49,8 @@ def student_copy(nb: dict) -> dict:
     for cell in out["cells"]:
         if is_answer(cell):
             continue
+        if cell["cell_type"] == "markdown":
+            cell["source"] = _source(cell).replace(FOLDED, "")
         if cell["cell_type"] == "code":
             cell["outputs"] = []
             cell["execution_count"] = None

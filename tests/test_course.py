@@ -330,7 +330,7 @@ PINNED = [
     ("06_", "about 1.85 predicted", "predicted 1.85"),
     ("06_", '" apples" 0.318 and " Apples" 0.316', "apples 0.318, Apples 0.316"),
     ("06_", "is 0.28, the share accepted 0.38", "0.28; accepted: 0.38"),
-    ("06_", "19 passes for 30 tokens, against greedy's 23", "model passes: 19 | greedy needed 23"),
+    ("06_", "19 passes for 30 tokens, against greedy's 23", "19 model passes for 30 tokens"),
     ("07_", "9 of the 44 steps", "9 of 44"),
     ("07b_", "-0.688 per token at γ = 1", "-0.688"),
     ("07b_", "-4.626 at γ = 5", "-4.626"),
