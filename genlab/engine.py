@@ -735,6 +735,24 @@ class Run:
             self._output = self._build_output()
         return self._output
 
+    @property
+    def texts(self) -> list[str]:
+        """The text generated so far in every row (prompt and special tokens left out);
+        needs the run's tokenizer (``lm.start`` has one)."""
+        tok = self.given.tokenizer
+        if tok is None or not hasattr(tok, "decode"):
+            raise ValueError(
+                "this run has no tokenizer to decode with: read run.sequences, or start it "
+                "with lm.start(...) / tokenizer=..."
+            )
+        new = self.state.sequences[:, self.given.prompt_length :].tolist()
+        return [tok.decode(row, skip_special_tokens=True) for row in new]
+
+    @property
+    def text(self) -> str:
+        """The text generated so far in the first row (see :attr:`texts`)."""
+        return self.texts[0]
+
     def recorded_scores(self):
         """What the reference hands stopping criteria as ``scores``."""
         cfg = self.state.plan.config
