@@ -53,10 +53,15 @@ def apply() -> list[str]:
         )
     if "raw" in names:
         render.format_number = lambda value, digits=3: str(value)
-    if "overflow" in names:
-        base.scroll_box = lambda image: base.widgets.Box([image])
-        old_png = render.figure_png
-        render.figure_png = lambda fig, dpi=100: old_png(fig, dpi=200)
+    if "overflow" in names:  # a controls row wider than the notebook's output
+        old_row = base.controls_row
+
+        def wide_row(*children):
+            row = old_row(*children)
+            row.layout.min_width = "1100px"
+            return row
+
+        base.controls_row = wide_row
     if "images" in names:
         base.figure_image = lambda: base.widgets.Image(format="png")
         old_show = render.show_figure
@@ -140,10 +145,15 @@ def apply() -> list[str]:
         live.LiveView.on_input = lambda self, change=None: None
     if "fork" in names:
         debugger.StepDebugger.fork = lambda self: self.run
-    if "zero" in names:
-        old_prob = render.prob_text
-        render.prob_text = lambda p: "0.000" if float(p) < 0.001 else old_prob(p)
-        debugger.prob_text = render.prob_text
+    if "zero" in names:  # a candidate of probability 0 offered again
+        old_current = debugger.StepDebugger._render_current
+
+        def render_current(self, trace):
+            old_current(self, trace)
+            if self.candidates.options:
+                self.candidates.options = [*self.candidates.options, ("gone  p=0.000", -1)]
+
+        debugger.StepDebugger._render_current = render_current
     if "console" in names:
         from IPython.display import Javascript, display
 

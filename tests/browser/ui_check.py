@@ -421,6 +421,10 @@ def panel_checks(page, res: dict, shots: Path) -> None:
         page.wait_for_timeout(200)
         res["overflow"][name] = page.evaluate(OVERFLOW, sel)
         res["broken_images"][name] = page.evaluate(BROKEN_IMAGES, sel)
+        if name == "step_debugger":  # before the first Step: no figure, and no broken image
+            tab(page, sel, "Waterfall figure")
+            res["broken_images"][name] += page.evaluate(BROKEN_IMAGES, sel)
+            tab(page, sel, "Current step")
         res["contrast"][name] = page.evaluate(MIN_CONTRAST, sel)
         res["unwrapped"][name] = page.evaluate(
             """(sel) => [...document.querySelectorAll(sel + ' .genlab-result')]
@@ -486,7 +490,7 @@ def main() -> int:
         "nothing overflows at 768 px": bool(res.get("overflow"))
         and not any(res["overflow"].values()) and not res.get("watermark_overflow"),
         "no broken images": bool(res.get("broken_images"))
-        and not any(res["broken_images"].values()) and not res.get("playground_broken_images"),
+        and not any(res["broken_images"].values()) and res.get("playground_broken_images") == 0,
         "token text contrast >= 4.5": bool(res.get("contrast"))
         and min(res["contrast"].values()) >= 4.5,
         "text wraps (real spaces, no overflow)": bool(res.get("unwrapped"))
