@@ -365,13 +365,21 @@ def debugger(page, res: dict) -> None:
     page.wait_for_timeout(300)
     # a click now, as a person makes it (no waiting for the page to be still)
     page.locator(f"{DBG} button:text-is('Rewind')").first.dispatch_event("click")
-    page.wait_for_timeout(300)
+    try:  # refused in words while the Run goes on (a step under load takes ~0.2 s)
+        wait_for(page, f"() => document.querySelector('{DBG} .genlab-status')"
+                 ".innerText.includes('not applied')", timeout=5_000)  # fmt: skip
+    except Exception:
+        pass
     res["refused_message"] = sel_text(page, f"{DBG} .genlab-status")
     before = sel_text(page, result)
     stop = page.locator(f"{DBG} button:text-is('Stop')").first
     if stop.is_enabled():
         stop.dispatch_event("click")
-    page.wait_for_timeout(1500)
+    try:
+        wait_for(page, f"() => document.querySelector('{DBG} .genlab-status')"
+                 ".innerText.includes('stopped after')", timeout=5_000)  # fmt: skip
+    except Exception:
+        pass
     after = sel_text(page, result)
     page.wait_for_timeout(1000)
     res["stopped_status"] = sel_text(page, f"{DBG} .genlab-status")
