@@ -459,3 +459,60 @@ def test_forks_equal_independent_replays_of_their_own_operations(model, mode, op
         assert (a is None) == (b is None)
         if a is not None:
             assert torch.equal(a.tokens, b.tokens)
+
+
+# -- 11, 12: the trace records every generated token ------------------------------------------
+@pytest.mark.parametrize(
+    "cfg",
+    [{"prompt_lookup_num_tokens": 3}, {"assistant": True}, {"assistant": True, "do_sample": True}],
+    ids=["prompt_lookup", "assistant", "assistant_sampled"],
+)
+def test_11_assisted_traces_record_every_accepted_token_with_its_draft(model, cfg):
+    from genlab.stepdata import AssistedStep, TokenOrigin
+
+    cfg = dict(cfg)
+    if cfg.pop("assistant", False):
+        cfg["assistant_model"] = model  # drafts what the model would say: long acceptances
+    prompt = torch.tensor([[1, 5, 17, 33, 8, 5, 17, 33, 8, 5, 17]])
+    run = genlab.start(
+        model, prompt, max_new_tokens=12, trace=True, seed=2, eos_token_id=None, **cfg
+    )
+    run.run()
+    trace = run.tracer.trace
+    generated = run.sequences[0, prompt.shape[1] :].tolist()
+    records = trace.records
+    assert len(records) == len(generated)  # one record per generated token
+    assert [int(r.tokens[0]) for r in records] == generated
+    assert all(isinstance(r.info, AssistedStep) for r in records)
+    engine_steps = {r.step for r in records}
+    if "assistant_model" in cfg and not cfg.get("do_sample"):  # the draft is the model's own
+        assert len(engine_steps) < len(records)  # so steps added several tokens
+    for r in records:
+        origin = r.info.origin(r.position)
+        assert origin in (TokenOrigin.DRAFT, TokenOrigin.MODEL)
+        if origin is TokenOrigin.DRAFT:
+            assert r.info.drafted[r.position] == int(r.tokens[0])
+    assert trace.steps().token_id.tolist() == generated
+
+
+def test_12_a_beam_rows_trace_names_the_token_its_returned_sequence_took(model):
+    prompt = torch.tensor([[1, 5, 17, 33, 8]])
+    run = genlab.start(
+        model, prompt, num_beams=4, num_return_sequences=2, max_new_tokens=8, trace=True,
+        return_dict_in_generate=True, output_scores=True, eos_token_id=None,
+    )  # fmt: skip
+    run.run()
+    trace = run.tracer.trace
+    for row in range(2):
+        want = run.output.sequences[row, prompt.shape[1] :].tolist()
+        table = trace.steps(row=row)
+        assert table.token_id.tolist() == want
+        # the log-probs are those of the tokens the returned sequence took
+        assert (table.logprob <= 0).all()
+    # a parent with several children records its best one (the first in score order)
+    for rec in trace.records:
+        if rec.parents is None:
+            continue
+        for parent in set(rec.parents.tolist()):
+            first = rec.parents.tolist().index(parent)
+            assert int(rec.chosen_for_row[parent]) == int(rec.tokens[first])
