@@ -83,19 +83,15 @@ def test_demo_matches_transformers_generate_on_same_weights(demo):
     assert torch.equal(ref, ours)
 
 
-def test_readme_quickstart_runs_as_written(demo, monkeypatch):
-    """The Quickstart block of README.md runs unchanged on the demo model, and what its
-    comments promise holds (the Paris answer, the stage summary of step 0)."""
+def test_readme_quickstart_runs_as_written(demo, monkeypatch, capsys):
+    """The Quickstart block of README.md runs unchanged on the demo model and prints what
+    the README says it prints (scripts/newcomer_check.py does the same in a fresh venv)."""
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Quickstart", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    promised = section.split("```text\n", 1)[1].split("```", 1)[0]
     monkeypatch.setattr(genlab, "load", lambda name, *a, **k: demo if name == "demo" else None)
-    namespace: dict = {}
-    exec(compile(code, "README.md#quickstart", "exec"), namespace)
-    assert namespace["res"].text == "The capital of France is Paris."
-    assert {"token", "logprob", "prob"} <= set(namespace["res"].transition_scores().columns)
-    summary = namespace["run"].tracer.trace.stage_summary(0)
-    assert summary.stage.iloc[0] == "raw" and summary.stage.iloc[-1] == "final"
-    assert namespace["other"].step_index == namespace["run"].step_index - 1
+    exec(compile(code, "README.md#quickstart", "exec"), {})
+    assert capsys.readouterr().out == promised
