@@ -57,7 +57,7 @@ class StepContext:
         return self._run.state.plan.config
 
     @property
-    def step(self) -> int:
+    def step_index(self) -> int:
         """Index of the step being computed (0 for the first generated token)."""
         return self._run.state.step_index
 

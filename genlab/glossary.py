@@ -10,7 +10,7 @@ drive one to the end.
 one token per row (assisted decoding adds several). **step index**: how many steps a run
 has taken, ``run.step_index``; the step being computed has that index (0 = the first
 generated token). A :class:`~genlab.engine.Step` record's ``index``, a trace record's
-``step``, a hook's ``step=`` argument and ``ctx.step`` are all this number.
+``step``, a hook's ``step=`` argument and ``ctx.step_index`` are all this number.
 
 **config** / **config in force** -- ``run.config`` is the user's editable
 GenerationConfig (edits apply at the next step; ``run.set(...)`` checks them at once).
