@@ -14,9 +14,8 @@ import dataclasses
 import pytest
 import torch
 from helpers import tiny_gpt2 as gpt2_model
+from helpers import tiny_llama as llama_model
 from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
     Qwen2Config,
@@ -44,14 +43,12 @@ VOCAB = 101
 
 
 def tiny_llama(attn="sdpa", seed=0, **overrides):
-    torch.manual_seed(seed)
-    fields = dict(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        rms_norm_eps=1e-5, rope_theta=10000.0, attn_implementation=attn,
+    """helpers.tiny_llama, wider (64), 64 positions, no pad id, with ``attn``."""
+    kw = dict(
+        hidden_size=64, intermediate_size=96, max_position_embeddings=64, rms_norm_eps=1e-5,
+        rope_theta=10000.0, attn_implementation=attn, pad_token_id=None,
     )  # fmt: skip
-    fields.update(overrides)
-    return LlamaForCausalLM(LlamaConfig(**fields)).eval()
+    return llama_model(seed, vocab=VOCAB, **{**kw, **overrides})
 
 
 def tiny_qwen2(attn="sdpa", seed=1):
@@ -81,10 +78,8 @@ def tiny_mistral(attn="sdpa", seed=2, sliding_window=3):
 
 def tiny_gpt2(attn="sdpa", seed=3, **overrides):
     """helpers.tiny_gpt2 with GPT-2's own special ids and random (non-zero) biases."""
-    model = gpt2_model(
-        seed, vocab=VOCAB, attn_implementation=attn, bos_token_id=50256, eos_token_id=50256,
-        **overrides,
-    )  # fmt: skip
+    kw = dict(attn_implementation=attn, bos_token_id=50256, eos_token_id=50256)
+    model = gpt2_model(seed, vocab=VOCAB, **{**kw, **overrides})
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias"):

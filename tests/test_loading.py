@@ -10,6 +10,7 @@ import json
 import shutil
 import warnings
 
+import helpers
 import numpy as np
 import pytest
 import torch
@@ -57,16 +58,9 @@ def hf_tokenizer(backend):
 
 
 def tiny_llama(vocab, seed=0, **overrides):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = dict(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        bos_token_id=1, eos_token_id=2, pad_token_id=3, rope_theta=10000.0,
-    )  # fmt: skip
-    cfg.update(overrides)
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(**cfg)).eval()
+    """helpers.tiny_llama with 128 positions and pad id 3 (the saved folders' tokenizer)."""
+    kw = dict(max_position_embeddings=128, pad_token_id=3, rope_theta=10000.0)
+    return helpers.tiny_llama(seed, vocab=vocab, **{**kw, **overrides})
 
 
 @pytest.fixture(scope="module")
