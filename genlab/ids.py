@@ -21,8 +21,8 @@ def eos_token_ids(eos: Any) -> list[int]:
     >>> eos_token_ids(torch.tensor([4])), eos_token_ids(genlab.GenerationConfig(eos_token_id=7))
     ([4], [7])
     """
-    if hasattr(eos, "eos_token_id") and not isinstance(eos, (int, torch.Tensor)):
-        eos = eos.eos_token_id
+    if not isinstance(eos, (int, list, tuple, torch.Tensor, type(None))):
+        eos = getattr(eos, "eos_token_id", None)  # a config (or anything with the field)
     if eos is None:
         return []
     if isinstance(eos, torch.Tensor):
