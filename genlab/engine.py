@@ -908,7 +908,7 @@ class Run:
             logprobs = torch.stack(
                 [
                     torch.log_softmax(s.float(), dim=-1).gather(1, t[:, None])[:, 0]
-                    for s, t in zip(each, sel.tokens.unbind(1))
+                    for s, t in zip(each, sel.tokens.unbind(1), strict=True)
                 ],
                 dim=1,
             )

@@ -291,7 +291,7 @@ class Trace:
                     ids = st.top_ids[r].tolist()
                     vals = st.top_values[r].tolist()
                     lps = st.top_logprobs[r].tolist()
-                    for rank, (tid, v, lp) in enumerate(zip(ids, vals, lps)):
+                    for rank, (tid, v, lp) in enumerate(zip(ids, vals, lps, strict=True)):
                         out.append(self._row(rec, r, st.name, tid, v, lp, rank, tid == chosen))
                     if chosen >= 0 and chosen not in ids:
                         out.append(
@@ -359,6 +359,7 @@ class Trace:
                 for i, p in zip(
                     final.top_ids[row, :alternatives].tolist(),
                     final.top_logprobs[row, :alternatives].exp().tolist(),
+                    strict=True,
                 )
             ]
             lp = float(final.chosen_logprobs[row])
@@ -563,7 +564,7 @@ class Trace:
 
     def _returned_paths(self, tree: pd.DataFrame) -> list[list[int]]:
         """For every returned sequence, its node ids from the first step to the last."""
-        parent_of = dict(zip(tree.node.tolist(), tree.parent_node.tolist()))
+        parent_of = dict(zip(tree.node.tolist(), tree.parent_node.tolist(), strict=True))
         paths = []
         for node in self.returned_nodes():
             path = []

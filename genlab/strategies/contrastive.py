@@ -148,13 +148,13 @@ class ContrastiveSearch(TokenByToken):
         logits = torch.stack([o.logits for o in outs], dim=1).flatten(0, 1)
         hidden = tuple(
             torch.stack(layer, dim=1).flatten(0, 1)
-            for layer in zip(*(o.hidden_states for o in outs))
+            for layer in zip(*(o.hidden_states for o in outs), strict=True)
         )
         attn = None
         if outs[0].attentions is not None:
             attn = tuple(
                 torch.stack(layer, dim=1).flatten(0, 1)
-                for layer in zip(*(o.attentions for o in outs))
+                for layer in zip(*(o.attentions for o in outs), strict=True)
             )
         return ModelOutput(logits=logits, hidden_states=hidden, attentions=attn)
 

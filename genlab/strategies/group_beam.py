@@ -475,7 +475,7 @@ class GroupBeamSearch(BeamSearch):
             new_pos = (g * S + torch.arange(S, device=dev)).expand(B, S)
             beam.scatter_(1, taken, new_pos)
             fate.scatter_(1, taken, torch.full_like(taken, KEPT))
-            for (b, rank), ok in zip(choice["events"], choice["accepted"]):
+            for (b, rank), ok in zip(choice["events"], choice["accepted"], strict=True):
                 fate[b, rank] = FINISHED if ok else REJECTED
             parent_rows = rows_g.gather(1, parents)  # (B, K) global rows
             in_group = choice["in_group"].reshape(-1)
