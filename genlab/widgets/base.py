@@ -34,7 +34,7 @@ FOCUS_CSS = """<style>
 .genlab-panel .genlab-section-header { text-align: left; font-weight: bold; }
 .genlab-panel { max-width: 100%; box-sizing: border-box; }
 .genlab-panel .widget-html { max-width: 100%; min-width: 0; }
-.genlab-panel .widget-html-content { white-space: normal; overflow-wrap: anywhere;
+.genlab-panel .widget-html-content { white-space: normal; overflow-wrap: break-word;
   min-width: 0; max-width: 100%; flex-shrink: 1; }
 .genlab-panel.genlab-busy .genlab-busy-note { display: inline; }
 </style>"""
