@@ -101,12 +101,15 @@ def reference_generate(model, enc, caplog, **kwargs):
     import transformers
 
     transformers.logging.enable_propagation()  # so that caplog sees transformers' notices
+    verbosity = transformers.logging.get_verbosity()  # other test files turn it down
+    transformers.logging.set_verbosity_warning()
     caplog.clear()
     try:
         with caplog.at_level(logging.WARNING):
             out = model.generate(**enc, do_sample=False, **kwargs)
     finally:
         transformers.logging.disable_propagation()
+        transformers.logging.set_verbosity(verbosity)
     return out, [r.getMessage() for r in caplog.records]
 
 
