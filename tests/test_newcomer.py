@@ -29,7 +29,7 @@ def test_readme_is_short_and_its_quickstart_states_its_output():
     pairs = newcomer_check.quickstart(README)
     code, out = pairs[0]
     assert len(code.splitlines()) <= 10, "the Quickstart is at most ten lines"
-    assert "lm.result(run).text" in code and out.strip()
+    assert "run.text" in code and out.strip()  # the documented way to read a run's text
     # forced, rewound and hooked in an order whose effect shows: rewind before force
     assert code.index("rewind") < code.index("force") < code.index("hooks")
 
