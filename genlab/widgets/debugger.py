@@ -359,8 +359,9 @@ class StepDebugger(LiveView):
         self.update()
 
     def compute(self, job: Job):
-        """Generator: step the active run until it finishes or Stop is pressed, showing
-        the text and the progress (tokens so far of the run's total now) as it goes."""
+        """Generator: step the active run until it finishes or Stop is pressed (``job``:
+        the scheduler's job, whose ``cancelled`` event is Stop), showing the text and the
+        progress (tokens so far of the run's total now) as it goes."""
         run = self.run
         start, t0 = run.step_index, time.perf_counter()
         last = t0
@@ -386,7 +387,8 @@ class StepDebugger(LiveView):
         return run
 
     def render(self, data) -> None:
-        """Draw the panel after a Run (LiveView)."""
+        """Draw the panel after a Run (LiveView; ``data``, what :meth:`compute` returned,
+        is not needed: the panel reads its run)."""
         self._render()
 
     def rewind(self, n: int = 1) -> None:
@@ -537,6 +539,8 @@ class StepDebugger(LiveView):
                 self.remove_class("genlab-busy")
 
     def guard(self, fn, *args) -> bool:
+        """Call ``fn(*args)`` as the panel base does (a failure shown, not raised), and
+        forget queued clicks when it failed; True when it succeeded."""
         ok = super().guard(fn, *args)
         if not ok:
             self._pending = 0
