@@ -7,14 +7,19 @@ also busy with other processes, a spinning thread burns the time slice that the 
 waits for needs: a decoding step has hundreds of parallel regions, and the demo ran 10 to
 50 times slower beside two or three CPU-bound processes (``benchmarks/bench_busy.py``).
 With ``OMP_WAIT_POLICY=PASSIVE`` (waiting threads sleep at once) the same runs kept their
-speed, and on a quiet machine it costs little (the figures are in benchmarks/README.md).
+speed; on a quiet machine, though, sleeping and waking costs 1.4-1.6x per decoding step
+(the figures are in benchmarks/README.md). OpenMP reads the policy once, when torch loads,
+so genlab chooses it on import from how busy the machine is then.
 
 What genlab does, unless told otherwise:
 
-* on ``import genlab``, before torch is imported, ``OMP_WAIT_POLICY=PASSIVE`` is put in the
-  environment when the user has not set it (:func:`set_wait_policy`); OpenMP reads it
-  once, when torch loads, so this works only where genlab is imported before torch (a
-  notebook that imports torch first keeps OpenMP's default: set the variable yourself);
+* on ``import genlab``, before torch is imported, when the user has set neither
+  ``OMP_WAIT_POLICY`` nor ``GOMP_SPINCOUNT``: the CPUs' idle time is sampled for 40 ms
+  (``/proc/stat``); if other processes keep at least half a core busy (:data:`BUSY_CORES`),
+  ``OMP_WAIT_POLICY=PASSIVE`` is put in the environment, else OpenMP keeps its default
+  (:func:`set_wait_policy`). This works only where genlab is imported before torch (a
+  notebook that imports torch first keeps OpenMP's default: set the variable yourself),
+  and a machine that becomes busy later keeps the choice made at import;
 * when a built-in decoder is built, torch's thread count is capped by the CPUs this
   process may use (its affinity mask and a container's CPU quota, which ``os.cpu_count()``
   does not see): :func:`configure`.
@@ -30,6 +35,8 @@ import os
 import sys
 
 WAIT_POLICY = "PASSIVE"
+BUSY_CORES = 0.5  # cores kept busy by other processes at import from which threads sleep
+SAMPLE_SECONDS = 0.04
 _configured = False
 
 
@@ -37,11 +44,43 @@ def _setting() -> str:
     return os.environ.get("GENLAB_THREADS", "").strip().lower()
 
 
-def set_wait_policy() -> bool:
-    """Put ``OMP_WAIT_POLICY=PASSIVE`` in the environment if nobody set it, torch is not
-    imported yet and ``GENLAB_THREADS`` is not ``off``. True when it was set (called by
-    ``import genlab``)."""
-    if _setting() == "off" or "OMP_WAIT_POLICY" in os.environ or "torch" in sys.modules:
+def busy_cores(seconds: float = SAMPLE_SECONDS) -> float | None:
+    """Cores kept busy by all processes over ``seconds`` (``/proc/stat``: total minus idle
+    and iowait time); None where it cannot be read. Called while this process is idle, it
+    measures the others."""
+    import time
+
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    cpus = os.cpu_count() or 1
+    return cpus * (1 - (idle1 - idle0) / (total1 - total0))
+
+
+def set_wait_policy(busy: float | None = None) -> bool:
+    """Put ``OMP_WAIT_POLICY=PASSIVE`` in the environment when other processes keep at
+    least :data:`BUSY_CORES` busy (``busy``: measured by :func:`busy_cores` when None),
+    nobody set the wait policy or ``GOMP_SPINCOUNT``, torch is not imported yet and
+    ``GENLAB_THREADS`` is not ``off``. True when it was set (called by ``import genlab``)."""
+    if (
+        _setting() == "off"
+        or "OMP_WAIT_POLICY" in os.environ
+        or "GOMP_SPINCOUNT" in os.environ
+        or "torch" in sys.modules
+    ):
+        return False
+    busy = busy_cores() if busy is None else busy
+    if busy is None or busy < BUSY_CORES:
         return False
     os.environ["OMP_WAIT_POLICY"] = WAIT_POLICY
     return True

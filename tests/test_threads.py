@@ -24,11 +24,25 @@ def policy_after(code: str, **env: str) -> str:
     return out.stdout.strip()
 
 
-def test_importing_genlab_first_sets_the_passive_wait_policy():
-    assert policy_after("import genlab") == "PASSIVE"
+def test_importing_genlab_leaves_a_users_policy_and_a_loaded_torch_alone():
     assert policy_after("import torch, genlab") == "None"  # too late for OpenMP: left alone
     assert policy_after("import genlab", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's
     assert policy_after("import genlab", GENLAB_THREADS="off") == "None"
+    assert policy_after("import genlab", GOMP_SPINCOUNT="1000") == "None"
+
+
+def test_threads_sleep_while_they_wait_only_on_a_busy_machine(monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "x")
+    monkeypatch.delenv("OMP_WAIT_POLICY")  # absent now, restored as absent afterwards
+    monkeypatch.delenv("GENLAB_THREADS", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delitem(sys.modules, "torch")  # as before torch is imported
+    assert not threads.set_wait_policy(busy=0.1)  # quiet: OpenMP's default (threads spin)
+    assert "OMP_WAIT_POLICY" not in os.environ
+    assert threads.set_wait_policy(busy=2.0)  # others keep two cores busy: sleep
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    busy = threads.busy_cores(0.02)
+    assert busy is None or 0 <= busy <= (os.cpu_count() or 1) + 0.01
 
 
 def test_thread_count_defaults_and_overrides(monkeypatch):
