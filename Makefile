@@ -19,9 +19,6 @@ export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 export MPLBACKEND := Agg
 export PYTHONDONTWRITEBYTECODE := 1
-# OpenMP threads sleep while they wait: on shared cores spinning ones are 10-50x slower
-# (genlab sets it on import too, see genlab/threads.py)
-export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: help demo lab app test venv install install-test lint format unit unit-fast doctest notebooks browser docs \
         wheel wheel-check binder-memory bench student clean
