@@ -10,7 +10,8 @@ starts with the environment given), the demo's greedy chat decode (24 new tokens
 ``python -m genlab.demo``) and a Playground-style re-run (20 sampled tokens on the same
 chat prompt, the prompt's keys and values reused), under each thread setting:
 
-* ``genlab default``: no thread variable set: genlab's own defaults (``genlab.threads``);
+* ``genlab default``: no thread variable set: genlab's own defaults (``genlab.threads``:
+  ``OMP_WAIT_POLICY=PASSIVE`` when other processes keep half a core busy at import);
 * ``torch default``: ``GENLAB_THREADS=off``: what genlab did before it chose threads
   (torch's default, one thread per core, OpenMP's default wait policy);
 * ``OMP_NUM_THREADS=1``, ``OMP_WAIT_POLICY=PASSIVE`` (threads sleep at once instead of
