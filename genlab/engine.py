@@ -205,6 +205,7 @@ class Run:
         self.history: list[Step] = []
         self._history: RunHistory | None = None
         self._output = None
+        self._returned_nodes = None  # beam search's winners, named when the output is built
         self._ctx = StepContext(self)
         self._lock = threading.Lock()  # one caller at a time (see _exclusive)
         self._owner: int | None = None  # the thread holding the lock
@@ -736,6 +737,16 @@ class Run:
         return self._output
 
     @property
+    def returned_nodes(self) -> list[int]:
+        """Beam search: the beam-tree node of each returned sequence, in output row order
+        (what ``finalize`` chose; [] while the run goes on, or for other strategies)."""
+        if not self.state.finished:
+            return []
+        self.output  # noqa: B018 - the output names the winners
+        nodes = self._returned_nodes
+        return [] if nodes is None else [int(v) for v in torch.as_tensor(nodes).reshape(-1)]
+
+    @property
     def texts(self) -> list[str]:
         """The text generated so far in every row (prompt and special tokens left out);
         needs the run's tokenizer (``lm.start`` has one)."""
@@ -929,7 +940,8 @@ class Run:
 
     def _build_output(self):
         state = self.state
-        fields = state.strategy.finalize(self._ctx)
+        fields = dict(state.strategy.finalize(self._ctx))
+        self._returned_nodes = fields.pop("returned_nodes", None)
         cfg = state.plan.config
         if not cfg.return_dict_in_generate:
             out = fields["sequences"]

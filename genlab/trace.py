@@ -494,12 +494,7 @@ class Trace:
 
     def returned_nodes(self) -> list[int]:
         """Node ids of the returned sequences, in output row order ([] while running)."""
-        run = self.run
-        if run is None or not run.finished:
-            return []
-        run.output  # noqa: B018 - building the output makes the strategy name its winners
-        nodes = getattr(run.strategy, "returned_nodes", None)
-        return [] if nodes is None else [int(v) for v in nodes]
+        return [] if self.run is None else self.run.returned_nodes
 
     def beam_tree(self, batch: int | None = None) -> pd.DataFrame:
         """Every candidate the beam search scored, one row per node of the beam tree.

@@ -210,7 +210,6 @@ class BeamSearch(Strategy):
         self.still_open = torch.ones((B, 1), dtype=torch.bool, device=dev)
         self.done = False
         self.next_node = 0
-        self.returned_nodes: torch.LongTensor | None = None
 
     # -- one step ----------------------------------------------------------------------------
     def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
@@ -473,13 +472,13 @@ class BeamSearch(Strategy):
         seqs = seqs[:, :r].reshape(-1, seqs.shape[-1])
         scores = scores[:, :r].reshape(-1)
         indices = indices[:, :r].reshape(-1, indices.shape[-1])
-        self.returned_nodes = nodes[:, :r].reshape(-1).cpu()
         generated = int((indices + 1).bool().sum(dim=1).max()) if indices.numel() else 0
         cfg = ctx.config
         return {
             "sequences": seqs[:, : self.prompt_length + generated],
             "sequences_scores": scores if cfg.output_scores else None,
             "beam_indices": indices[:, :generated],
+            "returned_nodes": nodes[:, :r].reshape(-1).cpu(),  # the winners' beam-tree nodes
         }
 
     # -- for streamers and widgets ---------------------------------------------------------

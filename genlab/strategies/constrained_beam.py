@@ -98,7 +98,6 @@ class ConstrainedBeamSearch(BeamSearch):
         self.running_nodes = torch.full((B * n,), -1, dtype=torch.long, device=dev)
         self.next_node = 0
         self.done = False
-        self.returned_nodes = None
         self._processed = None
 
     # -- constraint helpers --------------------------------------------------------------------

@@ -229,7 +229,6 @@ class GroupBeamSearch(BeamSearch):
         self.running_nodes = torch.full((B * n,), -1, dtype=torch.long, device=dev)
         self.next_node = 0
         self.done = False
-        self.returned_nodes = None
         self._pending = None
         # (G, B*S): the global rows of every group
         beams = torch.arange(B, device=dev)[:, None] * n
@@ -633,11 +632,11 @@ def pooled_output(strategy, ctx, pools, keep: int) -> dict[str, Any]:
         eos_token_ids(cfg) or [cfg.pad_token_id],
         ctx.sequences,
     )
-    strategy.returned_nodes = nodes
     return {
         "sequences": seqs,
         "sequences_scores": scores if cfg.output_scores else None,
         "beam_indices": indices if strategy.track else None,
+        "returned_nodes": nodes,  # the winners' beam-tree nodes
     }
 
 
