@@ -44,3 +44,11 @@ def test_the_glossary_names_what_the_code_uses():
     for name in ("run.step_index", "run.gen_config", "eos_token_ids", "RunHistory", "depth",
                  "stepdata", "finished_by", "RunRandom"):  # fmt: skip
         assert name in text, name
+
+
+def test_the_tokenizer_moved_out_of_models_and_the_old_path_warns():
+    from genlab.tokenizer import Tokenizer
+
+    with pytest.warns(DeprecationWarning, match="genlab.tokenizer"):
+        from genlab.models.tokenizer import Tokenizer as Old
+    assert Old is Tokenizer

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from genlab.models.tokenizer import BatchEncoding, Tokenizer
+from genlab.tokenizer import BatchEncoding, Tokenizer
 
 TEXTS = [
     "Hello world",

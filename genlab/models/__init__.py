@@ -75,7 +75,7 @@ def load_demo(*, add_bos_token: bool | None = None, dtype=None):
 def __getattr__(name):
     # Tokenizer is imported on first use: it pulls in tokenizers and jinja2
     if name == "Tokenizer":
-        from genlab.models.tokenizer import Tokenizer
+        from genlab.tokenizer import Tokenizer
 
         return Tokenizer
     raise AttributeError(f"module 'genlab.models' has no attribute {name!r}")

@@ -41,7 +41,7 @@ from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, proces
 from tokenizers import Tokenizer as BackendTokenizer
 from tokenizers.models import BPE
 
-from genlab.models.tokenizer import Tokenizer
+from genlab.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
