@@ -40,10 +40,11 @@ used only by plain ``generate`` calls without a seed, as in the reference.
 widgets) only sees it.
 
 **stage** -- the scores after one processor. Its name in hook points and trace tables is
-the processor's class name (``TopKLogitsWarper``), as transformers users know it; the
-processor's ``stage_name`` (``"top_k"``) is its short label in plots and panels. The
-first stage is ``raw`` (the logits), the last ``final`` (the scores the strategy chooses
-from).
+the processor's class name (``TopKLogitsWarper``), as transformers users know it; plots
+and panels shorten it to ``TopK`` (:func:`genlab.plots.tokens.stage_name`). A genlab
+processor's ``stage_name`` (``"top_k"``) labels the processor itself (its repr, the
+processor list). The first stage is ``raw`` (the logits), the last ``final`` (the scores
+the strategy chooses from).
 
 **trace** -- a :class:`~genlab.trace.Tracer` observes a run and keeps, for every token,
 the best ``depth`` tokens of every stage (``trace={"depth": 20}``; ``depth`` is not the
