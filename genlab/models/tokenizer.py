@@ -10,8 +10,8 @@ def __getattr__(name: str):
 
     from .. import tokenizer
 
-    if name.startswith("__"):
-        raise AttributeError(name)
+    if name.startswith("__") or not hasattr(tokenizer, name):
+        raise AttributeError(f"module 'genlab.models.tokenizer' has no attribute {name!r}")
     warnings.warn(
         f"genlab.models.tokenizer.{name} moved to genlab.tokenizer.{name}; the old path goes "
         "in the next release",
