@@ -66,8 +66,12 @@ if "$FRESH/bin/python" -c "import transformers" 2>/dev/null; then
   echo "the test runners pulled transformers"; exit 1
 fi
 export GENLAB_FROM_WHEEL=1
-"$FRESH/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile -m "not reference" tests
+# --confcutdir: the checkout's root conftest.py (the doctests' namespace) would put the
+# checkout on sys.path, and genlab would be imported from it instead of the wheel
+"$FRESH/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile -m "not reference" \
+  --confcutdir "$ROOT/tests" tests
 NB=$(ls notebooks/01_*.ipynb notebooks/12_*.ipynb)
 OMP_NUM_THREADS=1 "$FRESH/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile --nbval \
+  --confcutdir "$ROOT/notebooks" \
   --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg $NB
 t "tests and notebooks ok"
