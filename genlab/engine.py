@@ -591,8 +591,9 @@ class Run:
     def stop(self) -> Run:
         """End the run, keeping every step so far (``finished_by`` becomes "interrupted");
         a :meth:`rewind` makes it steppable again. Called from another thread while
-        :meth:`run` is going, it ends the run after the step in progress."""
-        if self.busy and self._owner != threading.get_ident():
+        :meth:`run` is going, or from one of the run's own hooks, it ends the run once the
+        step in progress has committed."""
+        if self.busy:  # another thread's step, or a hook of this one: after its commit
             self._stop_requested = True
             return self
         with self._exclusive("stop"):
@@ -836,6 +837,9 @@ class Run:
             self._finish(state)
         if record is not None and self.registry.has("step_end"):
             self.registry.fire("step_end", record, record.index)
+        if self._stop_requested and not state.finished:  # stop() during this step
+            self._stop_requested = False
+            self._end_interrupted()
         return record
 
     def _why_done(self, state: RunState) -> str:

@@ -260,6 +260,15 @@ def test_7_stop_from_another_thread_ends_a_run_after_its_step(model):
     assert r.sequences.shape[1] == PROMPT.shape[1] + r.step_index
 
 
+def test_7_stop_from_a_hook_ends_the_run_after_that_step(model):
+    r = _start(model, max_new_tokens=20)
+    r.add_hook("step_end", lambda record, step: r.stop() if step == 4 else None)
+    r.run()
+    assert r.finished_by == "interrupted" and r.step_index == 5
+    r.rewind(1)
+    assert not r.finished and r.step() is not None
+
+
 # -- 8: seeds are the run's own --------------------------------------------------------------
 def test_8_seeded_runs_never_touch_the_global_generator(model):
     torch.manual_seed(123)
