@@ -255,7 +255,7 @@ def test_bad_inputs_raise_clear_errors(models):
 
 
 def test_acceptance_plot_draws_the_table(models):
-    from genlab.plots.assisted import acceptance_plot
+    from genlab.plots import acceptance_plot
 
     set_assistant(models["small"], 3, "heuristic", 0.0)
     run = start(models["main"], input_ids=IDS, assistant_model=models["small"], keep_history=True,

@@ -117,7 +117,7 @@ def test_rewind_and_force_keep_contrastive_state_consistent(models):
 
 
 def test_contrastive_plot_marks_the_chosen_candidate(models):
-    from genlab.plots.assisted import contrastive_plot
+    from genlab.plots import contrastive_plot
 
     ids = torch.tensor([[3, 14, 15, 9, 26]])
     run = genlab.engine.start(

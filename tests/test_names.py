@@ -52,3 +52,13 @@ def test_the_tokenizer_moved_out_of_models_and_the_old_path_warns():
     with pytest.warns(DeprecationWarning, match="genlab.tokenizer"):
         from genlab.models.tokenizer import Tokenizer as Old
     assert Old is Tokenizer
+
+
+def test_strategy_plots_are_exported_and_the_old_module_warns():
+    import genlab.plots as plots
+    from genlab.plots.strategies import acceptance_plot, contrastive_plot
+
+    assert plots.acceptance_plot is acceptance_plot and plots.contrastive_plot is contrastive_plot
+    with pytest.warns(DeprecationWarning, match="genlab.plots.contrastive_plot"):
+        from genlab.plots.assisted import contrastive_plot as old
+    assert old is contrastive_plot

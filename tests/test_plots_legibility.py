@@ -20,7 +20,7 @@ from matplotlib.text import Text
 import genlab
 from genlab.config import WatermarkingConfig
 from genlab.models.table import TableLM
-from genlab.plots import assisted, beam, tokens, watermark
+from genlab.plots import beam, strategies, tokens, watermark
 from genlab.watermark import greenlist_table, synthid_gvalues_table, token_colours
 
 DPI = 100
@@ -180,7 +180,7 @@ def test_assisted_figures_are_legible():
             "num_assistant_tokens": [5 + i % 3 for i in range(30)],
         }
     )
-    assert_legible(assisted.acceptance_plot(table), "acceptance_plot")
+    assert_legible(strategies.acceptance_plot(table), "acceptance_plot")
     cands = pd.DataFrame(
         {
             "step": 0,
@@ -193,14 +193,14 @@ def test_assisted_figures_are_legible():
             "chosen": [True] + [False] * 5,
         }
     )
-    assert_legible(assisted.contrastive_plot(cands), "contrastive_plot")
+    assert_legible(strategies.contrastive_plot(cands), "contrastive_plot")
 
 
 def test_legends_stay_outside_the_data(zipf):
     """Legends of bar and line charts sit outside the axes (they never cover data)."""
     table = pd.DataFrame({"step": range(8), "n_drafted": [5] * 8, "n_accepted": [5] * 8,
                           "num_assistant_tokens": [5] * 8})  # fmt: skip
-    fig = assisted.acceptance_plot(table)
+    fig = strategies.acceptance_plot(table)
     FigureCanvasAgg(fig)
     fig.canvas.draw()
     ax = fig.axes[0]

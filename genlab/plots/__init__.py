@@ -7,7 +7,9 @@ here imports widgets. Grouped by subject:
   processor waterfall of one step;
 * :mod:`genlab.plots.beam`: the beam tree;
 * :mod:`genlab.plots.watermark`: green/red tokens, running z-score, green lists, SynthID;
-* :mod:`genlab.plots.inside`: the logit lens, attention, per-token scores, sweep metrics.
+* :mod:`genlab.plots.inside`: the logit lens, attention, per-token scores, sweep metrics;
+* :mod:`genlab.plots.strategies`: assisted decoding's acceptance, contrastive search's
+  candidates.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ _LAZY = {
     "attention_heatmap": "inside",
     "score_bars": "inside",
     "sweep_metrics": "inside",
+    "acceptance_plot": "strategies",
+    "contrastive_plot": "strategies",
 }
 
 
