@@ -359,8 +359,8 @@ class Run:
             raise RuntimeError(
                 f"run.{op}() was called from inside {where} of this run, while it is "
                 f"stepping (step {self.state.step_index}): a run cannot {op} in the middle of "
-                "its own step. Call it after the step returns, or from a 'step_end' hook "
-                "(fork and output only)."
+                "its own step. Call it after the step returns (from a hook, fork() and "
+                "output work in a 'step_end' hook, and stop() ends the run after the step)."
             )
         with self._lock:
             self._owner = me
