@@ -660,12 +660,14 @@ class StepDebugger(LiveView):
         if self._refused:  # a click refused during the Run that just ended
             state, kind = f"{state}\n{self._refused}", "warn"
             self._refused = None
-        self.status.value = message(
+        line = (
             f"step {run.step_index} · {run.mode} · {state}"
             + (f" · {len(self.runs)} runs" if len(self.runs) > 1 else "")
-            + (" · outlined tokens were forced" if len(steps) and steps.forced.any() else ""),
-            kind,
+            + (" · outlined tokens were forced" if len(steps) and steps.forced.any() else "")
         )
+        if self.error:  # a deferred draw never hides the error of a later refused click
+            line, kind = f"{self.error}\n{line}", "error"
+        self.status.value = message(line, kind)
         queued = run.pending_forced
         if queued:
             words = self.lm.tokenizer.decode(list(queued))
