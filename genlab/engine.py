@@ -553,12 +553,8 @@ class Run:
         t0 = time.perf_counter()
         want = self.given.keep_history
         bar = self._progress_bar() if progress else None
-        self._stop_requested = False
-        try:
+        try:  # stop() from a hook or another thread ends it after a commit (_transaction)
             while not self.state.finished and (max_steps is None or n < max_steps):
-                if self._stop_requested:
-                    self._end_interrupted()
-                    break
                 before = self.state.sequences.shape[1]
                 self._step(want_record=want)
                 n += 1

@@ -27,7 +27,7 @@ import torch
 
 from .caches import make_cache
 from .hooks import HookRegistry
-from .prepare import make_plan
+from .prepare import config_values, make_plan
 from .randomness import RandomMark
 from .state import RECORDED, STATEFUL_PROCESSORS, Plan
 
@@ -73,7 +73,7 @@ class RunHistory:
     def _entry(self, run, values: dict | None) -> Entry:
         st = run.state
         last = self.entries[-1] if self.entries else (self.initial[0] if self.initial else None)
-        values = values if values is not None else _config_values(run.config)
+        values = values if values is not None else config_values(run.config)
         if last is not None and last.config_values == values:
             config, values = last.config, last.config_values
         else:
@@ -203,12 +203,6 @@ def _fresh_plan(run, init: Entry) -> Plan:
         run.config = saved
     plan.compiled = init.plan.compiled
     return plan
-
-
-def _config_values(config) -> dict:
-    from .prepare import config_values
-
-    return config_values(config)
 
 
 def _same(a: dict | None, b: dict | None) -> bool:

@@ -3,20 +3,6 @@
 ``genlab.plots.contrastive_plot``). Names read from here still work, with a
 DeprecationWarning, until the next release."""
 
-from __future__ import annotations
+from ..moved import moved_to
 
-
-def __getattr__(name: str):
-    import warnings
-
-    from . import strategies
-
-    if name.startswith("__") or not hasattr(strategies, name):
-        raise AttributeError(f"module 'genlab.plots.assisted' has no attribute {name!r}")
-    warnings.warn(
-        f"genlab.plots.assisted.{name} moved to genlab.plots.{name}; the old path goes in "
-        "the next release",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(strategies, name)
+__getattr__ = moved_to("genlab.plots.assisted", "genlab.plots.strategies", "genlab.plots")

@@ -1,0 +1,32 @@
+"""Old import paths that keep working for one release, with a DeprecationWarning.
+
+A moved module leaves behind a stub whose ``__getattr__`` is :func:`moved_to`'s result:
+names that exist in the new module are returned from it, with a warning naming the new
+path; anything else is a plain AttributeError (so tools probing the stub stay quiet).
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+
+def moved_to(old: str, new: str, shown: str | None = None):
+    """A module ``__getattr__`` for the stub ``old`` of a module moved to ``new``;
+    ``shown`` is the public path to name in the warning (default: ``new``)."""
+
+    def __getattr__(name: str):
+        target = importlib.import_module(new)
+        if name.startswith("__") or not hasattr(target, name):
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{old}.{name} moved to {shown or new}.{name}; the old path goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(target, name)
+
+    return __getattr__
+
+
+__all__ = ["moved_to"]
