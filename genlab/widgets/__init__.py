@@ -29,7 +29,7 @@ _LAZY = {
     "WatermarkExplorer": "explorers",
     "BeamExplorer": "explorers",
     "LensView": "inside",
-    "SweepView": "inside",
+    "SweepView": "sweep",
 }
 
 
