@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from genlab import threads
+from genlab.models.attention import explicit_attention
 from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
 from genlab.models.llama import (
     _keep_mask,
@@ -377,7 +378,9 @@ class GPT2Decoder(BuiltinDecoder):
             )
             weights = None
         else:
-            out, weights = _explicit_attention(q, k, v, mask, scale, past)
+            out, weights = explicit_attention(
+                q, k, v, mask, scale, causal_past=past, float32_softmax=False
+            )  # the reference's eager GPT-2 masking
         out = out.transpose(1, 2).reshape(rows * new_len, hidden)
 
         # projections with the residual added in the same product
@@ -386,19 +389,3 @@ class GPT2Decoder(BuiltinDecoder):
         x = self.act(matmul(x, block.fc) + block.fc_bias)
         h = matmul(x, block.out, add=h) + block.out_bias
         return h.view(rows, new_len, hidden), weights
-
-
-def _explicit_attention(q, k, v, mask, scale, past):
-    """Attention with probabilities, masked as the reference's eager GPT-2 path does.
-
-    q, k, v (rows, nh, new | total, d); mask additive (rows, 1, new, total). The causal
-    part is applied first with the lowest float, then the additive mask on top, so a query
-    whose keys are all padding spreads its weight over the causal keys (as the reference).
-    """
-    new_len, total = q.shape[2], k.shape[2]
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (rows, nh, new, total)
-    causal = torch.ones(new_len, total, dtype=torch.bool, device=q.device).tril(past)
-    lowest = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype, device=q.device)
-    scores = torch.where(causal, scores, lowest) + mask
-    probs = torch.softmax(scores, dim=-1)
-    return torch.matmul(probs, v), probs

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from genlab import threads
+from genlab.models.attention import explicit_attention
 from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
 from genlab.models.matmul import choose_form, head_logits, matmul, matrix_bytes, pack_weight
 
@@ -911,20 +912,3 @@ class LlamaDecoder(BuiltinDecoder):
         if layer.down_bias is not None:
             h += layer.down_bias
         return h.view(rows, new_len, hidden), weights
-
-
-def explicit_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention with the probabilities materialised (for ``output_attentions``).
-
-    q (rows, nh, new, d); k, v (rows, nkv, total, d); mask additive (rows, 1, new, total).
-    Returns output (rows, nh, new, d) and probabilities (rows, nh, new, total).
-    """
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-    scores = torch.matmul(q, k.transpose(2, 3)) * scale + mask
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(probs, v), probs
