@@ -48,7 +48,7 @@ from .beam import (
     publish,
     stop_flags,
 )
-from .group_beam import Hypotheses, pool_entries, pooled_beams, pooled_output
+from .pool import Hypotheses, pool_entries, pooled_beams, pooled_output
 
 __all__ = ["ConstrainedBeamSearch", "constraints_of"]
 
