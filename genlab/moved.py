@@ -2,7 +2,8 @@
 
 A moved module leaves behind a stub whose ``__getattr__`` is :func:`moved_to`'s result:
 names that exist in the new module are returned from it, with a warning naming the new
-path; anything else is a plain AttributeError (so tools probing the stub stay quiet).
+path; anything else is a plain AttributeError (so tools probing the stub stay quiet). A
+module that stays but gave some names away sets ``__getattr__ = moved_to(..., names=...)``.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import importlib
 import warnings
 
 
-def moved_to(old: str, new: str, shown: str | None = None):
+def moved_to(old: str, new: str, shown: str | None = None, names=None):
     """A module ``__getattr__`` for the stub ``old`` of a module moved to ``new``;
-    ``shown`` is the public path to name in the warning (default: ``new``)."""
+    ``shown`` is the public path to name in the warning (default: ``new``). ``names``: only
+    these names moved (the module ``old`` stays, with the rest of its contents); None: all."""
 
     def __getattr__(name: str):
+        if names is not None and name not in names:
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
         target = importlib.import_module(new)
         if name.startswith("__") or not hasattr(target, name):
             raise AttributeError(f"module {old!r} has no attribute {name!r}")

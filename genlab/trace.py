@@ -15,7 +15,9 @@ so the tables below are cheap views:
 Strategies hand over their own step data as typed values (:mod:`genlab.stepdata`): beam
 strategies every candidate (:class:`~genlab.stepdata.BeamStep`), assisted decoding its
 draft (:class:`~genlab.stepdata.AssistedStep`: the trace keeps one record per accepted
-token, with the draft it came from), contrastive search and DoLa theirs.
+token, with the draft it came from), contrastive search and DoLa theirs. Their tables are
+here too, read from a trace or from a Run's ``history``: :func:`assisted_table` (and
+:func:`acceptance_rate`), :func:`contrastive_table` and :func:`dola_table`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ from typing import Any
 import pandas as pd
 import torch
 
-from .stepdata import FATES, SOURCES, BeamStep, StepData
+from .stepdata import (
+    FATES,
+    SOURCES,
+    AssistedStep,
+    BeamStep,
+    ContrastiveStep,
+    DolaStep,
+    StepData,
+)
 from .tokens import shown
 
 
@@ -642,3 +652,129 @@ class Trace:
 
     def __repr__(self) -> str:
         return f"Trace({len(self.records)} steps, stages={self.stages()})"
+
+
+# ----------------------------------------------------------------------------------------
+# the step data of assisted decoding, contrastive search and DoLa as tables
+# ----------------------------------------------------------------------------------------
+
+
+def assisted_table(steps: Any) -> pd.DataFrame:
+    """One row per iteration: drafted, accepted, rejected, added tokens, the draft budget.
+
+    ``steps``: a :class:`~genlab.trace.Trace` (``out.trace``), its ``records`` or a Run's
+    ``history``. Columns: step, drafter, num_assistant_tokens, n_drafted, n_accepted,
+    n_added, drafted, rejected, added. Returns a pandas DataFrame.
+    """
+    rows = []
+    seen = set()
+    for rec in getattr(steps, "records", steps):
+        info = getattr(rec, "info", None)
+        if not isinstance(info, AssistedStep):
+            continue
+        step = getattr(rec, "step", getattr(rec, "index", None))
+        if step in seen:  # a trace keeps one record per accepted token
+            continue
+        seen.add(step)
+        rows.append(
+            {
+                "step": step,
+                "drafter": info.source.value,
+                "num_assistant_tokens": info.num_assistant_tokens,
+                "n_drafted": len(info.drafted),
+                "n_accepted": info.accepted,
+                "n_added": len(info.added),
+                "drafted": list(info.drafted),
+                "rejected": list(info.rejected),
+                "added": list(info.added),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "step",
+            "drafter",
+            "num_assistant_tokens",
+            "n_drafted",
+            "n_accepted",
+            "n_added",
+            "drafted",
+            "rejected",
+            "added",
+        ],
+    )
+
+
+def acceptance_rate(table: pd.DataFrame) -> float:
+    """Accepted draft tokens / drafted tokens over a run; ``table``: :func:`assisted_table`'s
+    result."""
+    drafted = int(table["n_drafted"].sum())
+    return float(table["n_accepted"].sum()) / drafted if drafted else 0.0
+
+
+def contrastive_table(steps: Any) -> pd.DataFrame:
+    """One row per (step, row, candidate): token_id, confidence, penalty, score, chosen.
+
+    ``steps``: a :class:`~genlab.trace.Trace` (``out.trace``), its ``records``, or a Run's
+    ``history`` (``lm.start(...)`` keeps one). Returns a pandas DataFrame.
+    """
+    records = getattr(steps, "records", steps)
+    rows = []
+    for rec in records:
+        info = getattr(rec, "info", None)
+        if not isinstance(info, ContrastiveStep):
+            continue
+        step = getattr(rec, "step", getattr(rec, "index", None))
+        for r in range(info.candidates.shape[0]):
+            for j in range(info.candidates.shape[1]):
+                rows.append(
+                    {
+                        "step": step,
+                        "row": r,
+                        "candidate": j,
+                        "token_id": int(info.candidates[r, j]),
+                        "confidence": float(info.confidence[r, j]),
+                        "penalty": float(info.penalty[r, j]),
+                        "score": float(info.score[r, j]),
+                        "chosen": bool(int(info.chosen[r]) == j),
+                    }
+                )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "step",
+            "row",
+            "candidate",
+            "token_id",
+            "confidence",
+            "penalty",
+            "score",
+            "chosen",
+        ],
+    )
+
+
+def dola_table(steps: Any) -> pd.DataFrame:
+    """One row per (step, candidate layer): its Jensen-Shannon divergence from the final
+    layer and whether DoLa contrasted with it.
+
+    ``steps``: a :class:`~genlab.trace.Trace` (``out.trace``), its ``records``, or a Run's
+    ``history``. Returns a pandas DataFrame.
+    """
+    rows = []
+    for rec in getattr(steps, "records", steps):
+        info = getattr(rec, "info", None)
+        if not isinstance(info, DolaStep):
+            continue
+        step = getattr(rec, "step", getattr(rec, "index", None))
+        js = info.divergence
+        for j, layer in enumerate(info.layers):
+            rows.append(
+                {
+                    "step": step,
+                    "layer": layer,
+                    "js_divergence": float("nan") if js is None else float(js[j]),
+                    "chosen": layer == info.chosen_layer,
+                }
+            )
+    return pd.DataFrame(rows, columns=["step", "layer", "js_divergence", "chosen"])

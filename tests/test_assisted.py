@@ -12,13 +12,9 @@ from helpers import assert_same, tiny_llama
 import genlab
 from genlab.engine import start
 from genlab.models.architectures import build_decoder
-from genlab.strategies.assisted import (
-    EarlyExitModel,
-    acceptance_rate,
-    assisted_table,
-    greedy_matches,
-    prompt_lookup_candidates,
-)
+from genlab.models.early_exit import EarlyExitModel
+from genlab.strategies.assisted import greedy_matches, prompt_lookup_candidates
+from genlab.trace import acceptance_rate, assisted_table
 
 IDS = torch.tensor([[5, 17, 33, 8, 5, 17, 40, 5, 17]])
 COMMON = dict(

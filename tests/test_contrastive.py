@@ -23,9 +23,9 @@ import genlab
 from genlab.strategies.contrastive import (
     ContrastiveSearch,
     contrastive_scores,
-    contrastive_table,
     degeneration_penalty,
 )
+from genlab.trace import contrastive_table
 
 REFERENCE = torch.load(FIXTURE, weights_only=True)
 

@@ -62,3 +62,24 @@ def test_strategy_plots_are_exported_and_the_old_module_warns():
     with pytest.warns(DeprecationWarning, match="genlab.plots.contrastive_plot"):
         from genlab.plots.assisted import contrastive_plot as old
     assert old is contrastive_plot
+
+
+@pytest.mark.parametrize(
+    "old,name,new",
+    [
+        ("genlab.strategies.assisted", "assisted_table", "genlab.trace"),
+        ("genlab.strategies.assisted", "acceptance_rate", "genlab.trace"),
+        ("genlab.strategies.contrastive", "contrastive_table", "genlab.trace"),
+        ("genlab.strategies.dola", "dola_table", "genlab.trace"),
+        ("genlab.strategies.assisted", "EarlyExitModel", "genlab.models.early_exit"),
+    ],
+)
+def test_tables_and_the_early_exit_model_left_strategies_and_the_old_path_warns(old, name, new):
+    import importlib
+
+    moved = getattr(importlib.import_module(new), name)
+    assert moved.__module__ == new
+    with pytest.warns(DeprecationWarning, match=f"{new}.{name}"):
+        assert getattr(importlib.import_module(old), name) is moved
+    with pytest.raises(AttributeError):  # only the moved names answer there
+        getattr(importlib.import_module(old), "Trace")  # noqa: B009

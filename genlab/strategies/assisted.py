@@ -35,19 +35,20 @@ with scikit-learn's ROC curve when scikit-learn is installed; genlab keeps it fi
 these calls.)
 
 >>> out = generate(model, input_ids=ids, prompt_lookup_num_tokens=5)   # doctest: +SKIP
->>> assisted_table(ctx.history)  # drafted / accepted / rejected per iteration  # doctest: +SKIP
+>>> genlab.trace.assisted_table(ctx.history)  # drafted, accepted per iteration  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import warnings
 from typing import Any
 
 import torch
 
+from ..models import early_exit
 from ..models.base import ModelOutput
+from ..moved import moved_to
 from ..stepdata import AssistedStep, DraftSource
 from .base import Selection
 from .sampling import TokenByToken
@@ -113,60 +114,6 @@ class PromptLookupDrafter:
 
     def finish(self) -> None:
         """Nothing to write back."""
-
-
-class EarlyExitModel:
-    """The first ``layers`` layers of a model, through its final norm and head, as a
-    genlab model (the draft model of ``assistant_early_exit``).
-
-    Works on the built-in decoders (a view that shares the weights) and on transformers
-    models (their layer count is lowered during each forward, as the reference does).
-    """
-
-    def __init__(self, model, layers: int):
-        total = int(model.info.num_hidden_layers or 0)
-        if not 1 <= layers <= max(total, 1):
-            raise ValueError(
-                f"assistant_early_exit={layers} must be in [1, {total}] "
-                f"(the model has {total} layers)"
-            )
-        self.base = model
-        self.exit_layer = int(layers)
-        self.info = model.info
-        self.hf = getattr(model, "hf", None)
-        if self.hf is None:
-            if not hasattr(model, "layers") or not hasattr(model, "settings"):
-                raise ValueError(
-                    f"assistant_early_exit needs a built-in decoder or a transformers model, "
-                    f"not {type(model).__name__}"
-                )
-            view = copy.copy(model)
-            view.layers = model.layers[: self.exit_layer]
-            view.settings = dataclasses.replace(model.settings, num_layers=self.exit_layer)
-            self._view = view
-
-    @property
-    def device(self):
-        """The device of the full model."""
-        return self.base.device
-
-    def new_cache(self, batch_size: int):
-        """A cache for the first layers only."""
-        if self.hf is not None:
-            return self.base.new_cache(batch_size)
-        return self._view.new_cache(batch_size)
-
-    def forward(self, input_ids, **kwargs) -> ModelOutput:
-        """The model's forward through its first ``layers`` layers (same arguments)."""
-        if self.hf is None:
-            return self._view.forward(input_ids, **kwargs)
-        inner = getattr(self.hf, self.hf.base_model_prefix)
-        full = inner.config.num_hidden_layers
-        inner.config.num_hidden_layers = self.exit_layer
-        try:
-            return self.base.forward(input_ids, **kwargs)
-        finally:
-            inner.config.num_hidden_layers = full
 
 
 def _draft_settings(ctx, source) -> tuple[float, str, float | None, Any]:
@@ -382,7 +329,7 @@ class AssistedDecoding(TokenByToken):
         cfg = self.config
         if cfg.assistant_early_exit is not None:
             return ModelDrafter(
-                ctx, EarlyExitModel(ctx.model, int(cfg.assistant_early_exit)), ctx.model
+                ctx, early_exit.EarlyExitModel(ctx.model, int(cfg.assistant_early_exit)), ctx.model
             )
         if cfg.prompt_lookup_num_tokens is not None:
             return PromptLookupDrafter(cfg, ctx.eos_token_ids)
@@ -494,55 +441,14 @@ class AssistedDecoding(TokenByToken):
         self.pending = None
 
 
-def assisted_table(steps: Any):
-    """One row per iteration: drafted, accepted, rejected, added tokens, the draft budget.
-
-    ``steps``: a :class:`~genlab.trace.Trace` (``out.trace``), its ``records`` or a Run's
-    ``history``. Columns: step, drafter, num_assistant_tokens, n_drafted, n_accepted,
-    n_added, drafted, rejected, added. Returns a pandas DataFrame.
-    """
-    import pandas as pd
-
-    rows = []
-    seen = set()
-    for rec in getattr(steps, "records", steps):
-        info = getattr(rec, "info", None)
-        if not isinstance(info, AssistedStep):
-            continue
-        step = getattr(rec, "step", getattr(rec, "index", None))
-        if step in seen:  # a trace keeps one record per accepted token
-            continue
-        seen.add(step)
-        rows.append(
-            {
-                "step": step,
-                "drafter": info.source.value,
-                "num_assistant_tokens": info.num_assistant_tokens,
-                "n_drafted": len(info.drafted),
-                "n_accepted": info.accepted,
-                "n_added": len(info.added),
-                "drafted": list(info.drafted),
-                "rejected": list(info.rejected),
-                "added": list(info.added),
-            }
-        )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "step",
-            "drafter",
-            "num_assistant_tokens",
-            "n_drafted",
-            "n_accepted",
-            "n_added",
-            "drafted",
-            "rejected",
-            "added",
-        ],
-    )
+# moved: the tables to genlab.trace, the early-exit model to genlab.models.early_exit
+_moved_tables = moved_to(
+    "genlab.strategies.assisted", "genlab.trace", names=("assisted_table", "acceptance_rate")
+)
+_moved_model = moved_to(
+    "genlab.strategies.assisted", "genlab.models.early_exit", names=("EarlyExitModel",)
+)
 
 
-def acceptance_rate(table) -> float:
-    """Accepted draft tokens / drafted tokens over a run (``assisted_table`` output)."""
-    drafted = int(table["n_drafted"].sum())
-    return float(table["n_accepted"].sum()) / drafted if drafted else 0.0
+def __getattr__(name: str):
+    return (_moved_model if name == "EarlyExitModel" else _moved_tables)(name)

@@ -19,16 +19,15 @@ winner runs again (same tokens; less memory, slower).
 these calls.)
 
 >>> out = generate(model, input_ids=ids, penalty_alpha=0.6, top_k=4)   # doctest: +SKIP
->>> contrastive_table(ctx.history)  # per step: candidates, penalty, score  # doctest: +SKIP
+>>> genlab.trace.contrastive_table(ctx.history)  # candidates, penalty, score  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ..models.base import ModelOutput
+from ..moved import moved_to
 from ..stepdata import ContrastiveStep
 from .base import Selection
 from .sampling import TokenByToken
@@ -183,45 +182,7 @@ class ContrastiveSearch(TokenByToken):
         return sel
 
 
-def contrastive_table(steps: Any):
-    """One row per (step, row, candidate): token_id, confidence, penalty, score, chosen.
-
-    ``steps``: a :class:`~genlab.trace.Trace` (``out.trace``), its ``records``, or a Run's
-    ``history`` (``lm.start(...)`` keeps one). Returns a pandas DataFrame.
-    """
-    import pandas as pd
-
-    records = getattr(steps, "records", steps)
-    rows = []
-    for rec in records:
-        info = getattr(rec, "info", None)
-        if not isinstance(info, ContrastiveStep):
-            continue
-        step = getattr(rec, "step", getattr(rec, "index", None))
-        for r in range(info.candidates.shape[0]):
-            for j in range(info.candidates.shape[1]):
-                rows.append(
-                    {
-                        "step": step,
-                        "row": r,
-                        "candidate": j,
-                        "token_id": int(info.candidates[r, j]),
-                        "confidence": float(info.confidence[r, j]),
-                        "penalty": float(info.penalty[r, j]),
-                        "score": float(info.score[r, j]),
-                        "chosen": bool(int(info.chosen[r]) == j),
-                    }
-                )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "step",
-            "row",
-            "candidate",
-            "token_id",
-            "confidence",
-            "penalty",
-            "score",
-            "chosen",
-        ],
-    )
+# moved to genlab.trace (tables are with tables); the old path warns until the next release
+__getattr__ = moved_to(
+    "genlab.strategies.contrastive", "genlab.trace", names=("contrastive_table",)
+)

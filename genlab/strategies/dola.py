@@ -17,7 +17,7 @@ Active when ``dola_layers`` is set on a greedy or sampling config. Reference: tr
 The recorded ``logits`` (``output_logits``) are the final layer's, as in the reference;
 ``scores`` are the processed contrast. Each step's :class:`~genlab.engine.Step` carries
 ``info`` (a :class:`~genlab.stepdata.DolaStep`): the candidate layers, their divergences
-and the layer chosen (:func:`dola_table`).
+and the layer chosen (:func:`genlab.trace.dola_table`).
 
 (Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests run
 these calls.)
@@ -28,12 +28,12 @@ these calls.)
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ..models.base import ModelOutput
+from ..moved import moved_to
 from ..stepdata import DolaStep
 from .base import Selection
 from .sampling import GreedySearch, MultinomialSampling, TokenByToken
@@ -169,29 +169,5 @@ class DolaDecoding(TokenByToken):
         return Selection(self._pad_finished(ctx, self.choose(scores, ctx)), info=info)
 
 
-def dola_table(steps: Any):
-    """One row per (step, candidate layer): its Jensen-Shannon divergence from the final
-    layer and whether DoLa contrasted with it.
-
-    ``steps``: a :class:`~genlab.trace.Trace` (``out.trace``), its ``records``, or a Run's
-    ``history``. Returns a pandas DataFrame.
-    """
-    import pandas as pd
-
-    rows = []
-    for rec in getattr(steps, "records", steps):
-        info = getattr(rec, "info", None)
-        if not isinstance(info, DolaStep):
-            continue
-        step = getattr(rec, "step", getattr(rec, "index", None))
-        js = info.divergence
-        for j, layer in enumerate(info.layers):
-            rows.append(
-                {
-                    "step": step,
-                    "layer": layer,
-                    "js_divergence": float("nan") if js is None else float(js[j]),
-                    "chosen": layer == info.chosen_layer,
-                }
-            )
-    return pd.DataFrame(rows, columns=["step", "layer", "js_divergence", "chosen"])
+# moved to genlab.trace (tables are with tables); the old path warns until the next release
+__getattr__ = moved_to("genlab.strategies.dola", "genlab.trace", names=("dola_table",))
