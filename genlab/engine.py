@@ -30,24 +30,17 @@ from typing import Any
 
 import torch
 
-from .caches import compiled_forward, make_cache
+from .caches import compiled_forward
+from .config import prepare_config
 from .context import StepContext
 from .history import RunHistory
 from .hooks import HookRegistry
 from .ids import check_ids
-from .inputs import prompt_from_mapping
+from .inputs import prepare_inputs
 from .models.adapt import as_model
-from .prefix import PrefixCache
-from .prepare import (
-    config_values,
-    effective_config,
-    make_plan,
-    prepare_config,
-    prepare_inputs,
-    switch_strategy,
-)
+from .plan import config_values, effective_config, make_plan, switch_strategy
 from .randomness import RunRandom
-from .state import STATEFUL_PROCESSORS, Given, RunState, Undo
+from .state import STATEFUL_PROCESSORS, RunState, Undo, initial_state
 from .strategies import Selection, strategy_for
 from .tokens import show_token
 
@@ -248,71 +241,19 @@ class Run:
     # -- set-up ------------------------------------------------------------------------------
     def _set_up(self, model, input_ids, attention_mask, generation_config, use_defaults,
                 kwargs, parts) -> None:  # fmt: skip
+        """The set-up pipeline, each stage entered once: the call's config -> what the run
+        was given -> the plan -> the first state (see :mod:`genlab.plan`)."""
         inputs = kwargs.pop("inputs", None)
         config, unused = prepare_config(model, generation_config, use_defaults, **kwargs)
-        if input_ids is None:
-            input_ids = unused.pop("input_ids", None) if "input_ids" in unused else inputs
-        if attention_mask is None:
-            attention_mask = unused.pop("attention_mask", None)
-        input_ids, attention_mask = prompt_from_mapping(input_ids, attention_mask)
-        ids, mask, pad, eos, encdec, device = prepare_inputs(
-            model, config, unused, input_ids, attention_mask, parts["tokenizer"], generate
-        )
-        streamer = parts.pop("streamer")
-        parts_random = parts.pop("random")
-        beam_streamer = streamer is not None and getattr(streamer, "is_beam_streamer", False)
-        if streamer is not None and not beam_streamer and config.num_beams > 1:
-            raise ValueError(
-                "streamer cannot be used with beam search: use a "
-                "genlab.streamers.BeamStreamer or num_beams=1"
-            )
-        self.given = given = Given(
-            model=model,
-            info=model.info,
-            device=device,
-            input_ids=ids,
-            prompt_length=ids.shape[1],
-            batch_size=ids.shape[0],
-            pad_token_id=pad,
-            eos_token_ids=eos,
-            encdec=encdec,
-            has_default_max_length="max_length" not in kwargs,
+        random = parts.pop("random")
+        self.given = prepare_inputs(
+            model, config, unused, input_ids, attention_mask, inputs=inputs, parts=parts,
+            generate=generate, has_default_max_length="max_length" not in kwargs,
             has_default_min_length="min_length" not in kwargs,
-            streamer=None if beam_streamer else streamer,
-            **parts,
-        )
+        )  # fmt: skip
         self.config = config
-        plan = make_plan(config, given)
-        strategy = strategy_for(plan.mode)(plan.config)
-        expand = strategy.rows_per_input(plan.config)
-        if encdec is not None:
-            encdec.expand(expand)
-        sequences = ids.repeat_interleave(expand, dim=0)
-        has_assistant = given.assistant_model is not None
-        cache = make_cache(model, sequences.shape[0], plan.config, plan.mode, has_assistant)
-        if given.prefix_cache is not None:  # start from an earlier run's prompt cache
-            if PrefixCache.applies(ids, mask, plan.config, encdec):
-                cache = given.prefix_cache.take(model, ids, sequences.shape[0]) or cache
-            else:
-                given.prefix_cache = None
-        if encdec is None:
-            plan.compiled = compiled_forward(model, plan.config, cache, plan.mode)
-        #: where this run's random draws come from (its own generator unless it is a plain
-        #: generate() call without a seed: see genlab.randomness)
-        self.random = parts_random or RunRandom.for_run(given.seed, given.keep_history, device)
-        self.state = RunState(
-            sequences=sequences,
-            attention_mask=mask.to(device).repeat_interleave(expand, dim=0),
-            cache=cache,
-            plan=plan,
-            strategy=strategy,
-        )
-        strategy.start(self._ctx)
-        if beam_streamer:
-            streamer.attach(self)  # a step_end hook: it reads the beams, put() is not used
-        elif streamer is not None:
-            self.state.streaming = True
-            streamer.put(sequences.cpu())  # the prompt rows as generation starts (expanded)
+        plan = make_plan(config, self.given)
+        initial_state(self, plan, self._ctx, random)
 
     def _refresh_plan(self, seen: dict | None = None) -> None:
         """Rebuild the plan (and the strategy, on a mode switch) after a config change;

@@ -27,9 +27,9 @@ import torch
 
 from .caches import make_cache
 from .hooks import HookRegistry
-from .prepare import config_values, make_plan
+from .plan import Plan, config_values, make_plan
 from .randomness import RandomMark
-from .state import RECORDED, STATEFUL_PROCESSORS, Plan
+from .state import RECORDED, STATEFUL_PROCESSORS
 
 
 @dataclass(frozen=True)

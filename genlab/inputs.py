@@ -1,17 +1,21 @@
-"""Checks on what a run is given as its prompt, before any model work.
+"""What a run is given, checked: the second stage of a run's set-up.
 
-The :class:`~genlab.engine.Run` calls these while it reads its inputs, so that every model
-(built-in decoders and transformers models alike) refuses bad prompts the same way, with
-an error that says what to do, instead of failing deep inside the model:
+:func:`prepare_inputs` turns ``generate()``'s inputs (the prompt, its mask, the model
+inputs that are no config fields, the user's objects) into the run's :class:`Given`, with
+the prompt as checked tensors. It runs after the call's config
+(:func:`genlab.config.prepare_config`), whose special tokens it needs, and before the plan
+(:func:`genlab.plan.make_plan`). Encoder-decoder models run their encoder here
+(:mod:`genlab.encdec`), and ``token_healing`` re-tokenizes the prompt here
+(:mod:`genlab.healing`). Every model (built-in decoders and transformers models alike)
+refuses bad prompts the same way, with an error that says what to do, instead of failing
+deep inside the model:
 
 * :func:`prompt_from_mapping`: a tokenizer's output (``tok("...")``, a ``BatchEncoding`` or
   a plain dict with ``input_ids`` and optionally ``attention_mask``) is taken as the prompt,
   as transformers users write ``model.generate(**tok("..."))``;
 * :func:`prompt_ids`: lists and tensors of token ids: integers only, rows of one length,
   at least one token;
-* :func:`check_generated_length`: ``max_length`` must leave room for a new token (the
-  reference raises the same error), and an unreachable ``min_length`` gives the reference's
-  "Unfeasible length constraints" warning.
+* :func:`infer_attention_mask`: the mask of a prompt given without one.
 
 Example::
 
@@ -23,13 +27,19 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .checks import is_int
+from .ids import as_ids, check_ids, eos_token_ids
+from .moved import moved_to
+
+logger = logging.getLogger(__name__)
 
 #: keys of a tokenizer's output that a decoder-only prompt may carry
 PROMPT_KEYS = ("input_ids", "attention_mask")
@@ -133,44 +143,158 @@ def prompt_ids(ids: Any, name: str = "input_ids") -> Any:
     return tensor
 
 
-def check_generated_length(
-    config: Any, prompt_length: int, has_default_max_length: bool, encoder_decoder: bool = False
-) -> None:
-    """The reference's length checks, on a config whose lengths are resolved for the prompt.
+@dataclass
+class Given:
+    """What a run was given; fixed for its life."""
 
-    Raises ValueError when ``max_length`` leaves no room for a new token; warns
-    (UserWarning) when ``min_length`` or ``min_new_tokens`` cannot be reached.
+    model: Any
+    info: Any
+    tokenizer: Any
+    device: torch.device
+    input_ids: torch.LongTensor
+    prompt_length: int
+    batch_size: int
+    pad_token_id: int | None
+    eos_token_ids: list[int]
+    user_processors: Any = None
+    user_criteria: Any = None
+    prefix_allowed_tokens_fn: Any = None
+    assistant_model: Any = None
+    negative_prompt_ids: Any = None
+    negative_prompt_attention_mask: Any = None
+    encdec: Any = None
+    streamer: Any = None
+    has_default_max_length: bool = True
+    has_default_min_length: bool = True
+    seed: int | None = None
+    keep_history: bool = False
+    prefix_cache: Any = None  # a PrefixCache the prompt's keys and values come from / go to
+    warnings: tuple[str, ...] = ()
+    attention_mask: torch.LongTensor | None = None  # (batch, length) the prompt's mask
+    beam_streamer: Any = None  # a BeamStreamer: attached at the start, reads the beams
+
+
+def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, *, inputs=None,
+                   parts: dict, generate, has_default_max_length: bool = True,
+                   has_default_min_length: bool = True) -> Given:  # fmt: skip
+    """What the run was given, with the prompt as checked tensors.
+
+    model: the genlab-protocol model; config: the call's GenerationConfig (its special
+    tokens, ``token_healing`` and output flags are read); unused: the keyword arguments
+    that were no config fields (model inputs; consumed); input_ids, attention_mask: the
+    prompt (ids, a tokenizer's output, or None) and its mask; inputs: the prompt given as
+    ``inputs=``; parts: the user's objects, :class:`Given`'s fields by name (tokenizer,
+    streamer, user_processors, ...); generate: the generate function token healing runs;
+    has_default_max_length, has_default_min_length: whether those lengths were left unset.
+    Encoder-decoder models run their encoder here (``given.encdec``).
     """
-    name = "decoder_input_ids" if encoder_decoder else "input_ids"
-    max_length = config.max_length
-    if max_length is None:
-        raise ValueError(
-            "`max_length` is None: set max_new_tokens (or max_length) to bound the generation"
+    if input_ids is None:
+        input_ids = unused.pop("input_ids", None) if "input_ids" in unused else inputs
+    if attention_mask is None:
+        attention_mask = unused.pop("attention_mask", None)
+    input_ids, attention_mask = prompt_from_mapping(input_ids, attention_mask)
+    info = model.info
+    device = getattr(model, "device", None) or torch.device("cpu")
+    encdec = None
+    if info.is_encoder_decoder:  # the encoder runs once; the run works on the decoder
+        from .encdec import prepare_encoder_decoder
+
+        encdec = prepare_encoder_decoder(
+            model, config, input_ids, attention_mask, unused, device=device
         )
-    if prompt_length >= max_length:
+        input_ids, attention_mask = encdec.decoder_input_ids, encdec.decoder_attention_mask
+    elif unused:
+        from .encdec import check_decoder_only_inputs
+
+        check_decoder_only_inputs(unused, info.architecture or info.name)
+    if unused:
         raise ValueError(
-            f"Input length of {name} is {prompt_length}, but `max_length` is set to "
-            f"{max_length}. This can lead to unexpected behavior. You should consider "
-            "increasing `max_length` or, better yet, setting `max_new_tokens`."
+            f"unknown generate() arguments: {', '.join(sorted(unused))}. They are neither "
+            "GenerationConfig fields nor model inputs (input_ids, attention_mask, tokenizer)."
+            + (TOKEN_TYPES_HINT if "token_type_ids" in unused else "")
         )
-    suffix = (
-        " Generation will stop at the defined maximum length. You should decrease the minimum "
-        "length and/or increase the maximum length."
+    ids = as_ids(prompt_ids(input_ids, "input_ids"), "input_ids")
+    if ids is None:
+        if config.bos_token_id is None:
+            raise ValueError("input_ids is None and bos_token_id is not set: give a prompt")
+        ids = torch.tensor([[int(config.bos_token_id)]], dtype=torch.long)
+    ids = ids.to(device)
+    check_ids("input_ids", ids, info.vocab_size)
+    ctx = info.max_position_embeddings
+    if ctx is not None and ids.shape[1] > ctx:
+        raise ValueError(
+            f"the prompt has {ids.shape[1]} tokens but the model's context is {ctx} "
+            "(max_position_embeddings): shorten the prompt"
+        )
+    eos = eos_token_ids(config)
+    pad = config.pad_token_id
+    if pad is None and eos:
+        pad = eos[0]
+        if attention_mask is None:
+            warnings.warn(
+                "attention_mask and pad_token_id were not set; pass attention_mask "
+                "for reliable results",
+                stacklevel=5,
+            )
+        # the reference's notice, at each generate() on a model without a pad token
+        logger.warning("Setting `pad_token_id` to `eos_token_id`:%s for open-end generation.", pad)
+    pad = None if pad is None else int(pad)
+    mask = as_ids(attention_mask, "attention_mask")
+    if mask is None:
+        mask = infer_attention_mask(ids, pad, eos)
+    elif mask.shape != ids.shape:
+        raise ValueError(
+            f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(ids.shape)}"
+        )
+    if encdec is None and ids.shape[0] > 1:  # the reference's check, and the mask's word
+        last = mask[:, -1] == 0
+        if pad is not None:
+            last |= ids[:, -1] == pad
+        if bool(last.any()):
+            logger.warning(
+                "A decoder-only architecture is being used, but right-padding was detected! "
+                "For correct generation results, please set `padding_side='left'` when "
+                "initializing the tokenizer."
+            )
+    if config.token_healing:  # re-tokenized prompts; the mask stays the original's
+        from .healing import heal_tokens
+
+        ids = heal_tokens(model, ids, parts["tokenizer"], generate)
+        if mask.shape != ids.shape:
+            mask = infer_attention_mask(ids, pad, eos)
+    parts = dict(parts)
+    streamer = parts.pop("streamer", None)
+    beam_streamer = streamer is not None and getattr(streamer, "is_beam_streamer", False)
+    if streamer is not None and not beam_streamer and config.num_beams > 1:
+        raise ValueError(
+            "streamer cannot be used with beam search: use a "
+            "genlab.streamers.BeamStreamer or num_beams=1"
+        )
+    return Given(
+        model=model,
+        info=info,
+        device=device,
+        input_ids=ids,
+        prompt_length=ids.shape[1],
+        batch_size=ids.shape[0],
+        pad_token_id=pad,
+        eos_token_ids=eos,
+        encdec=encdec,
+        has_default_max_length=has_default_max_length,
+        has_default_min_length=has_default_min_length,
+        streamer=None if beam_streamer else streamer,
+        beam_streamer=streamer if beam_streamer else None,
+        attention_mask=mask,
+        **parts,
     )
-    if has_default_max_length:
-        suffix += f" Note that `max_length` is set to {max_length}, its default value."
-    if config.min_length is not None and config.min_length > max_length:
-        warnings.warn(
-            f"Unfeasible length constraints: `min_length` ({config.min_length}) is larger than "
-            f"the maximum possible length ({max_length})." + suffix,
-            UserWarning,
-            stacklevel=4,
-        )
-    if config.min_new_tokens is not None and config.min_new_tokens + prompt_length > max_length:
-        warnings.warn(
-            f"Unfeasible length constraints: `min_new_tokens` ({config.min_new_tokens}), when "
-            f"added to the prompt length ({prompt_length}), is larger than the maximum "
-            f"possible length ({max_length})." + suffix,
-            UserWarning,
-            stacklevel=4,
-        )
+
+
+def infer_attention_mask(ids: torch.LongTensor, pad: int | None, eos: list[int]):
+    """0 on padding when the pad id occurs in the prompt and is not an EOS id, else ones."""
+    if pad is not None and (ids == pad).any() and pad not in eos:
+        return ids.ne(pad).long()
+    return torch.ones_like(ids)
+
+
+#: the length checks moved to the plan, which resolves the lengths they check
+__getattr__ = moved_to("genlab.inputs", "genlab.plan", names={"check_generated_length"})

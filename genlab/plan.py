@@ -1,10 +1,14 @@
-"""From ``generate()``'s arguments to what a run works with.
+"""What a config means for the next step: the third stage of a run's set-up.
 
-* :func:`prepare_config` -- the GenerationConfig from the model's defaults, a given config
-  and keyword arguments, with the reference's precedence;
-* :func:`prepare_inputs` -- the prompt and attention mask as checked tensors;
-* :func:`make_plan` -- what a config means for the next step (:class:`~genlab.state.Plan`):
-  the effective config, the generation mode, processors and stopping criteria;
+A run's set-up is a pipeline, each stage entered once on the way to the first step:
+:func:`genlab.config.prepare_config` (the call's config) -> :func:`genlab.inputs.prepare_inputs`
+(what the run was given, :class:`~genlab.inputs.Given`) -> :func:`make_plan` (the
+:class:`Plan`) -> :func:`genlab.state.initial_state` (the :class:`~genlab.state.RunState`).
+
+* :func:`make_plan` -- what a config means for the next step: the config in force (lengths
+  resolved for the prompt, :func:`effective_config`), the generation mode, processors and
+  stopping criteria; rebuilt between steps when the config changes;
+* :func:`check_generated_length` -- the reference's length checks on the config in force;
 * :func:`switch_strategy` -- a new strategy when the mode changes between steps, or a
   ValueError saying why it cannot.
 """
@@ -12,136 +16,28 @@
 from __future__ import annotations
 
 import copy
-import logging
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
-import torch
-
-from .ids import as_ids, check_ids, eos_token_ids
-from .inputs import TOKEN_TYPES_HINT, check_generated_length, prompt_ids
-from .state import Given, Plan
+from .inputs import Given
 from .strategies import strategy_for
-
-logger = logging.getLogger(__name__)
 
 #: config values compared without a copy
 _IMMUTABLE = (int, float, str, type(None))
 
 
-def prepare_config(model, generation_config=None, use_model_defaults=None, **kwargs):
-    """Base config (the model's defaults or the given one) updated with ``kwargs``.
+@dataclass
+class Plan:
+    """What the config means for the next step."""
 
-    Returns ``(config, unused_kwargs)``, mirroring the reference's precedence: explicit
-    kwargs > the given config > the model's generation defaults > global defaults.
-    """
-    from .config import GenerationConfig
-
-    info = model.info
-    defaults = dict(info.generation_defaults or {})
-    # a model without a generation_config.json still knows its special tokens
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
-        if defaults.get(key) is None and getattr(info, key, None) is not None:
-            defaults[key] = getattr(info, key)
-    if generation_config is None:
-        config = GenerationConfig.from_dict(defaults) if defaults else GenerationConfig()
-    else:
-        config = copy.deepcopy(GenerationConfig.from_any(generation_config))
-        if use_model_defaults is not False and defaults:
-            plain = GenerationConfig()
-            for key, value in defaults.items():
-                if key.startswith("_") or key == "transformers_version":
-                    continue
-                if getattr(config, key, None) == getattr(plain, key, None) and value != getattr(
-                    plain, key, None
-                ):
-                    setattr(config, key, value)
-            if config.temperature == 0.0:
-                config.do_sample = False
-    unused = config.update(**kwargs)
-    return config, unused
-
-
-def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, tokenizer, generate):
-    """The prompt as tensors, checked: ``(ids, mask, pad_token_id, eos_ids, encdec,
-    device)``. ``unused`` holds the keyword arguments that were no config fields (model
-    inputs); encoder-decoder models run their encoder here (``encdec``)."""
-    info = model.info
-    device = getattr(model, "device", None) or torch.device("cpu")
-    encdec = None
-    if info.is_encoder_decoder:  # the encoder runs once; the run works on the decoder
-        from .encdec import prepare_encoder_decoder
-
-        encdec = prepare_encoder_decoder(
-            model, config, input_ids, attention_mask, unused, device=device
-        )
-        input_ids, attention_mask = encdec.decoder_input_ids, encdec.decoder_attention_mask
-    elif unused:
-        from .encdec import check_decoder_only_inputs
-
-        check_decoder_only_inputs(unused, info.architecture or info.name)
-    if unused:
-        raise ValueError(
-            f"unknown generate() arguments: {', '.join(sorted(unused))}. They are neither "
-            "GenerationConfig fields nor model inputs (input_ids, attention_mask, tokenizer)."
-            + (TOKEN_TYPES_HINT if "token_type_ids" in unused else "")
-        )
-    ids = as_ids(prompt_ids(input_ids, "input_ids"), "input_ids")
-    if ids is None:
-        if config.bos_token_id is None:
-            raise ValueError("input_ids is None and bos_token_id is not set: give a prompt")
-        ids = torch.tensor([[int(config.bos_token_id)]], dtype=torch.long)
-    ids = ids.to(device)
-    check_ids("input_ids", ids, info.vocab_size)
-    ctx = info.max_position_embeddings
-    if ctx is not None and ids.shape[1] > ctx:
-        raise ValueError(
-            f"the prompt has {ids.shape[1]} tokens but the model's context is {ctx} "
-            "(max_position_embeddings): shorten the prompt"
-        )
-    eos = eos_token_ids(config)
-    pad = config.pad_token_id
-    if pad is None and eos:
-        pad = eos[0]
-        if attention_mask is None:
-            warnings.warn(
-                "attention_mask and pad_token_id were not set; pass attention_mask "
-                "for reliable results",
-                stacklevel=5,
-            )
-        # the reference's notice, at each generate() on a model without a pad token
-        logger.warning("Setting `pad_token_id` to `eos_token_id`:%s for open-end generation.", pad)
-    pad = None if pad is None else int(pad)
-    mask = as_ids(attention_mask, "attention_mask")
-    if mask is None:
-        mask = infer_attention_mask(ids, pad, eos)
-    elif mask.shape != ids.shape:
-        raise ValueError(
-            f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(ids.shape)}"
-        )
-    if encdec is None and ids.shape[0] > 1:  # the reference's check, and the mask's word
-        last = mask[:, -1] == 0
-        if pad is not None:
-            last |= ids[:, -1] == pad
-        if bool(last.any()):
-            logger.warning(
-                "A decoder-only architecture is being used, but right-padding was detected! "
-                "For correct generation results, please set `padding_side='left'` when "
-                "initializing the tokenizer."
-            )
-    if config.token_healing:  # re-tokenized prompts; the mask stays the original's
-        from .healing import heal_tokens
-
-        ids = heal_tokens(model, ids, tokenizer, generate)
-        if mask.shape != ids.shape:
-            mask = infer_attention_mask(ids, pad, eos)
-    return ids, mask, pad, eos, encdec, device
-
-
-def infer_attention_mask(ids: torch.LongTensor, pad: int | None, eos: list[int]):
-    """0 on padding when the pad id occurs in the prompt and is not an EOS id, else ones."""
-    if pad is not None and (ids == pad).any() and pad not in eos:
-        return ids.ne(pad).long()
-    return torch.ones_like(ids)
+    config: Any  # effective GenerationConfig (lengths resolved for the prompt)
+    mode: str
+    processors: Any
+    stopping_criteria: Any
+    has_eos_stopping: bool
+    compiled: Any  # compiled decoding step, or None
+    seen: dict  # the user's config values this plan was built from
 
 
 def effective_config(config, given: Given):
@@ -160,6 +56,49 @@ def effective_config(config, given: Given):
         cfg.pad_token_id = given.pad_token_id
     check_generated_length(cfg, n, given.has_default_max_length, given.encdec is not None)
     return cfg
+
+
+def check_generated_length(
+    config: Any, prompt_length: int, has_default_max_length: bool, encoder_decoder: bool = False
+) -> None:
+    """The reference's length checks, on a config whose lengths are resolved for the prompt.
+
+    Raises ValueError when ``max_length`` leaves no room for a new token; warns
+    (UserWarning) when ``min_length`` or ``min_new_tokens`` cannot be reached.
+    """
+    name = "decoder_input_ids" if encoder_decoder else "input_ids"
+    max_length = config.max_length
+    if max_length is None:
+        raise ValueError(
+            "`max_length` is None: set max_new_tokens (or max_length) to bound the generation"
+        )
+    if prompt_length >= max_length:
+        raise ValueError(
+            f"Input length of {name} is {prompt_length}, but `max_length` is set to "
+            f"{max_length}. This can lead to unexpected behavior. You should consider "
+            "increasing `max_length` or, better yet, setting `max_new_tokens`."
+        )
+    suffix = (
+        " Generation will stop at the defined maximum length. You should decrease the minimum "
+        "length and/or increase the maximum length."
+    )
+    if has_default_max_length:
+        suffix += f" Note that `max_length` is set to {max_length}, its default value."
+    if config.min_length is not None and config.min_length > max_length:
+        warnings.warn(
+            f"Unfeasible length constraints: `min_length` ({config.min_length}) is larger than "
+            f"the maximum possible length ({max_length})." + suffix,
+            UserWarning,
+            stacklevel=4,
+        )
+    if config.min_new_tokens is not None and config.min_new_tokens + prompt_length > max_length:
+        warnings.warn(
+            f"Unfeasible length constraints: `min_new_tokens` ({config.min_new_tokens}), when "
+            f"added to the prompt length ({prompt_length}), is larger than the maximum "
+            f"possible length ({max_length})." + suffix,
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def config_values(config) -> dict:

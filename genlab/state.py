@@ -1,11 +1,13 @@
-"""The parts of a :class:`~genlab.engine.Run`, and how a step is undone.
+"""The parts of a :class:`~genlab.engine.Run`, how it starts, and how a step is undone.
 
-* :class:`Given` -- what the run was given: model, tokenizer, prompt, user objects. Never
-  changes after the start.
-* :class:`Plan` -- what the config currently means: the effective config, the generation
-  mode, processors, stopping criteria, the compiled step. Rebuilt when the config changes.
+* :class:`~genlab.inputs.Given` -- what the run was given: model, tokenizer, prompt, user
+  objects. Never changes after the start (made by :func:`genlab.inputs.prepare_inputs`).
+* :class:`~genlab.plan.Plan` -- what the config currently means: the effective config, the
+  generation mode, processors, stopping criteria, the compiled step. Rebuilt when the
+  config changes (:func:`genlab.plan.make_plan`).
 * :class:`RunState` -- everything a step changes and a snapshot holds: sequences, mask,
   cache, plan, strategy, recorded outputs, random state, the forced queue, the step index.
+  :func:`initial_state` makes the first one: the last stage of a run's set-up.
 
 A step first takes an :class:`Undo` (cheap: references, lengths, the strategy's state and
 a cache checkpoint); if anything in the step raises, :meth:`Undo.restore` puts the state
@@ -20,6 +22,13 @@ from typing import Any
 
 import torch
 
+from .caches import compiled_forward, make_cache
+from .inputs import Given
+from .plan import Plan
+from .prefix import PrefixCache
+from .randomness import RunRandom
+from .strategies import strategy_for
+
 #: the per-step output lists a run records (scores, raw logits, attentions, hidden states)
 RECORDED = ("scores", "logits", "attentions", "cross", "hidden")
 #: processors that keep state between steps (restored on undo; rewinding them replays)
@@ -27,48 +36,6 @@ STATEFUL_PROCESSORS = (
     "UnbatchedClassifierFreeGuidanceLogitsProcessor",
     "SynthIDTextWatermarkLogitsProcessor",
 )
-
-
-@dataclass
-class Given:
-    """What a run was given; fixed for its life."""
-
-    model: Any
-    info: Any
-    tokenizer: Any
-    device: torch.device
-    input_ids: torch.LongTensor
-    prompt_length: int
-    batch_size: int
-    pad_token_id: int | None
-    eos_token_ids: list[int]
-    user_processors: Any = None
-    user_criteria: Any = None
-    prefix_allowed_tokens_fn: Any = None
-    assistant_model: Any = None
-    negative_prompt_ids: Any = None
-    negative_prompt_attention_mask: Any = None
-    encdec: Any = None
-    streamer: Any = None
-    has_default_max_length: bool = True
-    has_default_min_length: bool = True
-    seed: int | None = None
-    keep_history: bool = False
-    prefix_cache: Any = None  # a PrefixCache the prompt's keys and values come from / go to
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass
-class Plan:
-    """What the config means for the next step."""
-
-    config: Any  # effective GenerationConfig (lengths resolved for the prompt)
-    mode: str
-    processors: Any
-    stopping_criteria: Any
-    has_eos_stopping: bool
-    compiled: Any  # compiled decoding step, or None
-    seen: dict  # the user's config values this plan was built from
 
 
 @dataclass
@@ -85,6 +52,52 @@ class RunState:
     step_index: int = 0
     finished: bool = False
     streaming: bool = False  # the streamer still receives tokens
+
+
+def initial_state(run, plan: Plan, ctx, random: RunRandom | None = None) -> RunState:
+    """The run's state before its first step, and its strategy started.
+
+    run: the Run being set up (its ``given`` is read; its ``random`` and ``state`` are set
+    here, before the strategy starts, since the strategy reads them through ``ctx``);
+    plan: the run's first :class:`~genlab.plan.Plan`; ctx: the run's step context; random:
+    a :class:`~genlab.randomness.RunRandom` to draw from (a nested run shares its parent's),
+    or None for the run's own. Builds the strategy, repeats the prompt for its rows (beams,
+    num_return_sequences), makes the cache (from a prefix cache when one applies) and
+    starts the streamer.
+    """
+    given: Given = run.given
+    ids, model = given.input_ids, given.model
+    strategy = strategy_for(plan.mode)(plan.config)
+    expand = strategy.rows_per_input(plan.config)
+    if given.encdec is not None:
+        given.encdec.expand(expand)
+    sequences = ids.repeat_interleave(expand, dim=0)
+    has_assistant = given.assistant_model is not None
+    cache = make_cache(model, sequences.shape[0], plan.config, plan.mode, has_assistant)
+    if given.prefix_cache is not None:  # start from an earlier run's prompt cache
+        if PrefixCache.applies(ids, given.attention_mask, plan.config, given.encdec):
+            cache = given.prefix_cache.take(model, ids, sequences.shape[0]) or cache
+        else:
+            given.prefix_cache = None
+    if given.encdec is None:
+        plan.compiled = compiled_forward(model, plan.config, cache, plan.mode)
+    # where this run's random draws come from (its own generator unless it is a plain
+    # generate() call without a seed: see genlab.randomness)
+    run.random = random or RunRandom.for_run(given.seed, given.keep_history, given.device)
+    run.state = state = RunState(
+        sequences=sequences,
+        attention_mask=given.attention_mask.to(given.device).repeat_interleave(expand, dim=0),
+        cache=cache,
+        plan=plan,
+        strategy=strategy,
+    )
+    strategy.start(ctx)
+    if given.beam_streamer is not None:  # a step_end hook: it reads the beams, no put()
+        given.beam_streamer.attach(run)
+    elif given.streamer is not None:
+        state.streaming = True
+        given.streamer.put(sequences.cpu())  # the prompt rows as generation starts (expanded)
+    return state
 
 
 # ----------------------------------------------------------------------------------------
@@ -178,3 +191,18 @@ class Undo:
         restore_processor_states(self.processors)
         self.random.set_state(self.random_state)  # the global generator is never touched
         return state
+
+
+__all__ = [
+    "RECORDED",
+    "STATEFUL_PROCESSORS",
+    "Given",
+    "Plan",
+    "RunState",
+    "Undo",
+    "cache_checkpoint",
+    "cache_restore",
+    "initial_state",
+    "processor_states",
+    "restore_processor_states",
+]

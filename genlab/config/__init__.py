@@ -16,7 +16,8 @@ The package's modules, lowest first:
 * :mod:`genlab.config.fields` -- the field table and the checks it drives;
 * :mod:`genlab.config.small` -- the watermarking configs and CompileConfig, with JSON I/O;
 * :mod:`genlab.config.files` -- reading config files from folders and the Hub;
-* :mod:`genlab.config.generation` -- GenerationConfig.
+* :mod:`genlab.config.generation` -- GenerationConfig;
+* :mod:`genlab.config.resolve` -- the config of one ``generate`` call (:func:`prepare_config`).
 
 Example::
 
@@ -59,6 +60,7 @@ from .generation import (
     GenerationConfig,
     GenerationMode,
 )
+from .resolve import prepare_config
 from .small import CompileConfig, SynthIDTextWatermarkingConfig, WatermarkingConfig
 
 __all__ = [
@@ -88,5 +90,6 @@ __all__ = [
     "check_spec_value",
     "int_list",
     "normalize_sequence_bias",
+    "prepare_config",
     "spec_defaults",
 ]
