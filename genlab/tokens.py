@@ -134,21 +134,67 @@ def token_bytes(tokenizer: Any, token_id: int) -> bytes | None:
     return piece_bytes(piece) if isinstance(piece, str) else None
 
 
-def running_pieces(tokenizer: Any, token_ids) -> list[tuple[str, str]]:
+def running_pieces(tokenizer: Any, token_ids, *, complete: bool = True) -> list[tuple[str, str]]:
     """The text each token adds to running text, as ``(text, tip)`` pairs.
 
     A character split over several tokens (an emoji, most CJK characters in byte-level
     BPE) is shown whole on the token that completes it; the tokens before it add nothing
     visible (``""``), and every token of the character has its bytes in ``tip`` (for a
     tooltip). ``tip`` is ``""`` for an ordinary token. Bytes that never complete a
-    character are shown as :func:`show_bytes` does (``⟨F0 9F⟩``).
+    character are shown as :func:`show_bytes` does (``⟨F0 9F⟩``); with ``complete=False``
+    (a text that may go on, e.g. a run in progress) the bytes at its end are not a failed
+    character yet: they add nothing visible, their bytes in ``tip``.
 
     >>> running_pieces(lambda i: "ab"[i], [0, 1])
     [('a', ''), ('b', '')]
     """
+    return [(text, tip) for text, tip, _ in _pieces(tokenizer, token_ids, complete)]
+
+
+def piece_labels(tokenizer: Any, token_ids, *, complete: bool = True) -> list[tuple[str, str]]:
+    """:func:`running_pieces` for a table or a figure: ``(label, tip)`` per token, the
+    label as :func:`show_token` shows it, a token holding part of a character as
+    :data:`PARTIAL` (after the spaces it adds): the character is on the token that
+    completes it, the bytes only in ``tip``.
+
+    >>> piece_labels(lambda i: " a"[i], [0, 1])
+    [('␣', ''), ('a', '')]
+    """
+    return [_label(*p) for p in _pieces(tokenizer, token_ids, complete)]
+
+
+def candidate_labels(tokenizer: Any, before, token_ids) -> list[tuple[str, str]]:
+    """``(label, tip)`` as :func:`piece_labels` gives them for each of ``token_ids`` as
+    the token that follows the tokens ``before`` (e.g. the candidates of a step after
+    the tokens generated so far): a candidate that completes a character begun in
+    ``before`` is labelled with the whole character, one that begins or goes on with a
+    character with :data:`PARTIAL`.
+
+    >>> candidate_labels(lambda i: "ab"[i], [0], [1, 0])
+    [('b', ''), ('a', '')]
+    """
+    before = [int(t) for t in list(before)[-3:]]  # a character spans 4 tokens at most
+    return [_label(*_pieces(tokenizer, [*before, int(t)], False)[-1]) for t in token_ids]
+
+
+#: a token holding part of a character, in a table or a figure
+PARTIAL = "\u25cc"  # ◌
+
+
+def _label(text: str, tip: str, partial: bool) -> tuple[str, str]:
+    if partial:
+        lead = text[: len(text) - len(text.lstrip(" "))]
+        return SPACE * len(lead) + PARTIAL, tip
+    return show_token(text), tip
+
+
+def _pieces(tokenizer: Any, token_ids, complete: bool) -> list[tuple[str, str, bool]]:
+    """``(text, tip, partial)`` per token: see :func:`running_pieces`; ``partial`` for a
+    token holding part of a character that a later token completes (or that may still
+    be completed, with ``complete=False``)."""
     import codecs
 
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str, bool]] = []
     pending: list[int] = []  # positions in out of the pieces of an unfinished character
     buffer = b""
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -156,8 +202,8 @@ def running_pieces(tokenizer: Any, token_ids) -> list[tuple[str, str]]:
     def flush_invalid() -> None:
         nonlocal buffer
         for j in pending:  # bytes that never made a character: shown as bytes, where they were
-            text, hexed = out[j]
-            out[j] = (text + hexed, f"bytes {hexed}: not a whole character")
+            text, hexed, _ = out[j]
+            out[j] = (text + hexed, f"bytes {hexed}: not a whole character", False)
         pending.clear()
         buffer = b""
         decoder.reset()
@@ -166,29 +212,39 @@ def running_pieces(tokenizer: Any, token_ids) -> list[tuple[str, str]]:
         data = token_bytes(tokenizer, int(tid))
         if data is None:
             flush_invalid()
-            out.append((token_text(tokenizer, int(tid)), ""))
+            out.append((token_text(tokenizer, int(tid)), "", False))
             continue
         hexed = show_bytes(data[len(data.rstrip(bytes(range(0x80, 0x100)))) :]) if data else ""
         try:
             text = decoder.decode(data)
-        except UnicodeDecodeError:
+        except UnicodeDecodeError:  # the unfinished character before fails; this may begin one
             flush_invalid()
-            out.append((show_bytes(data), f"bytes {show_bytes(data)}: not a whole character"))
-            continue
+            try:
+                text = decoder.decode(data)
+            except UnicodeDecodeError:
+                decoder.reset()
+                bad = show_bytes(data)
+                out.append((bad, f"bytes {bad}: not a whole character", False))
+                continue
         buffer += data
         if decoder.getstate()[0]:  # a character is still incomplete: shown when it is
             pending.append(len(out))
-            out.append((text, hexed))
+            out.append((text, hexed, True))
             continue
         done = text[-1:] if pending else ""
         for j in pending:
-            out[j] = (out[j][0], f"part of {done!r}: {out[j][1]}")
+            out[j] = (out[j][0], f"part of {done!r}: {out[j][1]}", True)
         tip = ""
         if pending:
             tip = f"{done!r} from bytes {' '.join(f'{b:02X}' for b in buffer.lstrip(b' '))}"
             tip += f" over {len(pending) + 1} tokens"
         pending.clear()
         buffer = b""
-        out.append((text, tip))
-    flush_invalid()
+        out.append((text, tip, False))
+    if complete:
+        flush_invalid()
+    else:
+        for j in pending:
+            text, hexed, _ = out[j]
+            out[j] = (text, f"part of a character not finished yet: {hexed}", True)
     return out

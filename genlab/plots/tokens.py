@@ -2,7 +2,9 @@
 one step through the logits processors, and log-probs of several runs side by side.
 
 Tokens are labelled as a person reads them (:func:`genlab.tokens.show_token`: decoded
-text, ␣ for a space at its edge, ↵ for a newline), never as tokenizer pieces. Candidates
+text, ␣ for a space at its edge, ↵ for a newline), never as tokenizer pieces; a token
+holding part of a character is ◌, the character is on the token that completes it (a
+character the figure's font lacks is written as its code point, U+1F642). Candidates
 of probability 0 (removed by top-k, top-p, ...) are never drawn as candidates; the chosen
 (or forced) token always is, in orange.
 
@@ -13,6 +15,7 @@ tall in a 1000 px wide output.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import matplotlib
@@ -20,7 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..tokens import show_token
+from ..tokens import candidate_labels, show_token
 
 #: widest figure, in inches (1000 px at 100 dpi: shown unscaled in a 1000 px output)
 MAX_WIDTH = 7.2  # inches: 720 px at 100 dpi, inside 768 px of notebook output
@@ -34,11 +37,33 @@ OTHER = "tab:gray"
 
 def label(token, n: int = 12) -> str:
     """A token's text for a figure: :func:`~genlab.tokens.show_token`, cut to ``n``
-    characters with "…", with ``$`` escaped (matplotlib would read it as maths)."""
+    characters with "…", with ``$`` escaped (matplotlib would read it as maths) and a
+    character the font lacks (an emoji) written as its code point (``U+1F642``)."""
     text = show_token(str(token))
     if len(text) > n:
         text = text[: n - 1] + "…"
+    text = "".join(ch if _drawable(ch) else f"U+{ord(ch):04X}" for ch in text)
     return text.replace("$", r"\$")
+
+
+@functools.lru_cache(maxsize=4096)
+def _drawable(ch: str) -> bool:
+    """Whether the figures' font has a glyph for ``ch`` (else matplotlib draws a box)."""
+    if ord(ch) < 0x2000:
+        return True
+    font = _font()
+    return font is None or font.get_char_index(ord(ch)) != 0
+
+
+@functools.lru_cache(maxsize=1)
+def _font():
+    try:
+        from matplotlib.font_manager import FontProperties, findfont
+        from matplotlib.ft2font import FT2Font
+
+        return FT2Font(findfont(FontProperties()))
+    except Exception:  # no font to ask: draw as it comes
+        return None
 
 
 def stage_name(stage: str) -> str:
@@ -51,14 +76,36 @@ def stage_name(stage: str) -> str:
 
 def candidates(trace, step: int, row: int = 0, stage: str = "final", k: int = 10):
     """The top ``k`` tokens of one stage still possible (probability > 0), best first, and
-    the chosen token even when it is not among them (it is then the last row)."""
+    the chosen token even when it is not among them (it is then the last row). ``token``
+    is what each would add after the tokens generated before ``step`` (a piece of a
+    character as ◌, the character on the token that completes it), ``tip`` its bytes
+    when it holds part of a character (see :func:`genlab.tokens.candidate_labels`)."""
     t = trace.topk(step, row=row, stage=stage).sort_values("rank", kind="stable")
     possible = t[t.prob > 0]
     top = possible.head(k)
     chosen = t[t.chosen]
     if len(chosen) and not top.chosen.any():
         top = pd.concat([top.head(max(0, k - 1)), chosen.head(1)])
-    return top.reset_index(drop=True)
+    top = top.reset_index(drop=True)
+    tokenizer = getattr(trace, "tokenizer", None)
+    if tokenizer is not None and len(top):
+        labels = candidate_labels(tokenizer, tokens_before(trace, step, row), top.token_id)
+        top["token"] = [text for text, _ in labels]
+        top["tip"] = [tip for _, tip in labels]
+    else:
+        top["tip"] = ""
+    return top
+
+
+def tokens_before(trace, step: int, row: int = 0, n: int = 3) -> list[int]:
+    """The last ``n`` tokens row ``row`` generated before ``step`` (a character spans 4
+    tokens at most: 3 before are enough to finish it)."""
+    ids = [
+        int(rec.chosen_for_row[row])
+        for rec in trace.records
+        if rec.step < step and row < rec.chosen_for_row.shape[0]
+    ]
+    return [i for i in ids if i >= 0][-n:]
 
 
 def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:

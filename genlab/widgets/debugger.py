@@ -32,7 +32,7 @@ import pandas as pd
 from ..config import GenerationConfig
 from ..engine import Run
 from ..plots.tokens import candidates, stage_name
-from ..tokens import running_pieces, show_token
+from ..tokens import piece_labels, running_pieces, show_token
 from .base import (
     FOCUS_CSS,
     button,
@@ -99,13 +99,14 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
     for i, st in enumerate(summary.itertuples(index=False)):
         top = candidates(trace, step, row=row, stage=st.stage, k=k)
         cells = []
-        for tok, p, chosen in zip(top.token, top.prob, top.chosen, strict=True):
+        for tok, p, chosen, tip in zip(top.token, top.prob, top.chosen, top.tip, strict=True):
             colour = "#f28e2b" if chosen else "#9aa5b1"
             weight = "font-weight:bold;color:#8a4500;" if chosen else ""
             note = "chosen: " if chosen else ""
             cells.append(
                 f'<td style="padding:1px 6px;white-space:nowrap;{weight}" title="{note}'
-                f'{html.escape(show_token(tok))} p={prob_text(p)}">'
+                f"{html.escape(show_token(tok))} p={prob_text(p)}"
+                f'{html.escape(chr(10) + tip) if tip else ""}">'
                 f"{html.escape(show_token(tok))} {prob_text(p)}"
                 f'<div style="background:{colour};height:5px;width:{max(1, round(70 * p))}px">'
                 "</div></td>"
@@ -623,14 +624,17 @@ class StepDebugger(LiveView):
         )
         if not len(steps):
             return text_block("", prompt=prompt)
-        pieces = running_pieces(self.lm.tokenizer, steps.token_id.tolist())
+        ids = steps.token_id.tolist()
+        # a character the run has not finished yet is not shown as bytes: it may come
+        pieces = running_pieces(self.lm.tokenizer, ids, complete=run.finished)
+        labels = [label for label, _ in piece_labels(self.lm.tokenizer, ids, complete=run.finished)]
         tips = [
-            f"step {s}: {show_token(t)} p={prob_text(p)} rank {r}"
+            f"step {s}: {t} p={prob_text(p)} rank {r}"
             + (" (forced)" if f else "")
             + (f"\n{tip}" if tip else "")
             for s, t, p, r, f, (_, tip) in zip(
                 steps.step,
-                steps.token,
+                labels,
                 steps.prob,
                 steps["rank"],
                 steps.forced,

@@ -23,7 +23,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from ..tokens import NEWLINE, show_token
+from ..tokens import NEWLINE, candidate_labels, piece_labels, show_token
 
 #: Held while warnings are caught: ``catch_warnings`` swaps module-wide state, so two
 #: threads (the kernel's and a widget's worker) must not do it at once.
@@ -186,10 +186,13 @@ def is_prob_column(name) -> bool:
     )
 
 
-def frame_html(frame: pd.DataFrame, digits: int = 3, max_rows: int = 200) -> str:
+def frame_html(
+    frame: pd.DataFrame, digits: int = 3, max_rows: int = 200, titles: dict | None = None
+) -> str:
     """A DataFrame as a plain HTML table (numbers by :func:`format_number`, probabilities
     by :func:`prob_text`, empty cells for missing values, never "None", "nan" or
-    "True"), inside a box that scrolls rather than cuts; text columns wrap."""
+    "True"), inside a box that scrolls rather than cuts; text columns wrap. ``titles``:
+    column -> one tooltip per row ("" for none; default ``frame.attrs["titles"]``)."""
     if frame is None or frame.empty:
         return '<div class="genlab-empty" style="margin:4px 0"><i>no rows</i></div>'
     shown = frame.head(max_rows)
@@ -217,18 +220,23 @@ def frame_html(frame: pd.DataFrame, digits: int = 3, max_rows: int = 200) -> str
         na_rep="",
     )
     wrap = [i for i, c in enumerate(shown.columns) if str(c) in WRAP_COLUMNS]
-    if wrap:  # mark the cells of the text columns (pandas gives cells no classes)
+    titles = titles if titles is not None else frame.attrs.get("titles") or {}
+    tips = {list(shown.columns).index(c): t for c, t in titles.items() if c in shown.columns}
+    if wrap or tips:  # mark the cells of the text columns (pandas gives cells no classes)
         rows = table.split("<tr>")
+        n = -1
         for r, row in enumerate(rows):
             if "<td>" not in row:
                 continue
+            n += 1
             cells = row.split("<td>")
-            for i in wrap:
-                if i + 1 < len(cells):
-                    cells[i + 1] = '<td class="genlab-wrap">' + cells[i + 1]
-            rows[r] = cells[0] + "".join(
-                c if c.startswith("<td class") else "<td>" + c for c in cells[1:]
-            )
+            for i in range(len(cells) - 1):
+                attrs = ' class="genlab-wrap"' if i in wrap else ""
+                tip = tips[i][n] if i in tips and n < len(tips[i]) else ""
+                if tip:
+                    attrs += f' title="{html.escape(tip)}"'
+                cells[i + 1] = f"<td{attrs}>" + cells[i + 1]
+            rows[r] = cells[0] + "".join(cells[1:])
         table = "<tr>".join(rows)
     return f'<div style="max-height:360px;max-width:100%;overflow:auto">{TABLE_CSS}{table}</div>'
 
@@ -310,30 +318,50 @@ def prob_text(p: float) -> str:
 def alternatives(trace, row: int = 0, n: int = 3) -> list[str]:
     """Per recorded step, the ``n`` most likely tokens still possible (probability > 0)
     under the final scores, as ``"␣the 0.412, ␣a 0.100"``: tokens of probability 0
-    (removed by top-k, top-p, ...) are never listed."""
-    out = []
+    (removed by top-k, top-p, ...) are never listed. Each is labelled as it would read
+    after the tokens before it (a piece of a character as ◌, the character on the token
+    that completes it: :func:`genlab.tokens.candidate_labels`)."""
+    tokenizer = getattr(trace, "tokenizer", None)
+    out, before = [], []
     for rec in trace.records:
         final = rec.stages[-1]
         if row >= final.top_ids.shape[0] or int(rec.chosen_for_row[row]) < 0:
             continue
-        parts = []
+        ids, probs = [], []
         for tid, lp in zip(
             final.top_ids[row].tolist(), final.top_logprobs[row].tolist(), strict=True
         ):
-            if len(parts) == n or not math.isfinite(lp) or math.exp(lp) == 0:
+            if len(ids) == n or not math.isfinite(lp) or math.exp(lp) == 0:
                 break
-            parts.append(f"{show_token(trace.token_text(tid))} {prob_text(math.exp(lp))}")
-        out.append(", ".join(parts))
+            ids.append(tid)
+            probs.append(math.exp(lp))
+        if tokenizer is not None:
+            labels = [text for text, _ in candidate_labels(tokenizer, before, ids)]
+        else:
+            labels = [show_token(trace.token_text(tid)) for tid in ids]
+        out.append(", ".join(f"{t} {prob_text(p)}" for t, p in zip(labels, probs, strict=True)))
+        before = [*before, int(rec.chosen_for_row[row])][-3:]
     return out
 
 
 def steps_table(trace, row: int = 0, n: int = 3) -> pd.DataFrame:
     """``trace.steps(row)`` for people: tokens shown by :func:`genlab.tokens.show_token`
-    and ``top`` listing only tokens still possible (see :func:`alternatives`)."""
+    (a token holding part of a character as ◌, the character on the token that completes
+    it, the bytes in the cell's tooltip: ``table.attrs["titles"]``, which
+    :func:`frame_html` reads) and ``top`` listing only tokens still possible (see
+    :func:`alternatives`)."""
     table = trace.steps(row=row)
     if table.empty:
         return table
     table = table.copy()
-    table["token"] = [show_token(t) for t in table.token]
+    tokenizer = getattr(trace, "tokenizer", None)
+    if tokenizer is not None:
+        run = getattr(trace, "run", None)
+        done = run is None or bool(getattr(run, "finished", True))
+        labels = piece_labels(tokenizer, table.token_id.tolist(), complete=done)
+        table["token"] = [text for text, _ in labels]
+        table.attrs["titles"] = {"token": [tip for _, tip in labels]}
+    else:
+        table["token"] = [show_token(t) for t in table.token]
     table["top"] = alternatives(trace, row=row, n=n)
     return table
