@@ -8,9 +8,11 @@ operations a strategy needs:
 
 * :meth:`forward` -- the one place where the model runs during generation;
 * :meth:`process` -- the logits processors in order, with their hook points;
-* :meth:`stage` -- an extra named stage of the scores (DoLa's contrast), seen by hooks;
 * :meth:`stop` -- the stopping criteria on given sequences;
-* :meth:`emit` / :meth:`listening` -- payloads for observers (``beam.candidates``);
+* :meth:`has` / :meth:`fire` / :meth:`notify` -- the hook points a strategy adds, with
+  the registry's verbs (:mod:`genlab.hooks`): is anyone listening, pass a value through
+  the hooks then the observers (an extra stage ``processor.DoLa``, the
+  ``beam.candidates`` payload), show observers only;
 * :meth:`spawn` -- a nested run (assisted decoding's draft model).
 
 This module imports nothing from the engine; the engine passes itself in.
@@ -24,6 +26,7 @@ import torch
 
 from .ids import position_ids_from_mask
 from .models.base import ModelOutput
+from .moved import warn_renamed
 from .processors import call_processor
 
 
@@ -179,7 +182,7 @@ class StepContext:
         """The logits processors in order; each one's result passes ``processor.<Name>``."""
         run = self._run
         processors, registry = run.state.plan.processors, run.registry
-        if not registry.wants_processors():
+        if not registry.has("processor.*"):
             return processors(input_ids, scores, **kwargs)
         step = run.state.step_index
         for proc in processors:
@@ -187,23 +190,25 @@ class StepContext:
             scores = registry.fire(f"processor.{type(proc).__name__}", scores, step)
         return scores
 
-    def stage(self, name: str, scores: torch.Tensor, notify: bool = True) -> torch.Tensor:
-        """Scores at a named stage (``processor.<name>``: hooks may replace them). With
+    def has(self, point: str) -> bool:
+        """True when a hook or observer listens at ``point`` (build payloads only then);
+        ``"processor.*"``: someone listens to the processors one by one."""
+        return self._run.registry.has(point)
+
+    def fire(self, point: str, value: Any, notify: bool = True) -> Any:
+        """``value`` through the hooks at ``point`` (they may replace it, except at
+        ``beam.candidates``), then shown to its observers; returns what flows on. A strategy's
+        extra stage is ``processor.<Name>`` (DoLa's ``processor.DoLa``). With
         ``notify=False`` observers are not shown this part; call :meth:`notify` with the
         whole stage once it is complete (group beam search fills it group by group)."""
         registry = self._run.registry
-        if registry.wants_processors():
-            step = self._run.state.step_index
-            return registry.fire(f"processor.{name}", scores, step, notify=notify)
-        return scores
+        if registry.has(point):
+            return registry.fire(point, value, self._run.state.step_index, notify=notify)
+        return value
 
     def notify(self, point: str, value: Any) -> None:
         """Show ``value`` to the observers of ``point`` (the trace, widgets) only."""
         self._run.registry.notify(point, value, self._run.state.step_index)
-
-    def wants_stages(self) -> bool:
-        """True when someone listens to the processors one by one."""
-        return self._run.registry.wants_processors()
 
     def stop(self, sequences: torch.LongTensor, scores: Any = ...) -> torch.BoolTensor:
         """The stopping criteria on ``sequences`` (rows, length) -> (rows,) bools; they get
@@ -214,17 +219,6 @@ class StepContext:
         hits = run.state.plan.stopping_criteria(sequences, scores)
         hits = torch.as_tensor(hits, dtype=torch.bool, device=sequences.device)
         return hits.expand(sequences.shape[0]) if hits.dim() == 0 else hits
-
-    def listening(self, point: str) -> bool:
-        """True when a hook or observer listens at ``point`` (build payloads only then)."""
-        return self._run.registry.has(point)
-
-    def emit(self, point: str, payload: Any) -> Any:
-        """Show ``payload`` to the hooks at ``point`` (observe only); returns the payload."""
-        registry = self._run.registry
-        if registry.has(point):
-            registry.fire(point, payload, self._run.state.step_index, observe_only=True)
-        return payload
 
     def spawn(self, model, cache=None, **kwargs):
         """A nested run on ``model`` (same arguments as :func:`genlab.start`), going on in
@@ -240,6 +234,28 @@ class StepContext:
         from .models.adapt import as_model
 
         return as_model(model)
+
+    # -- the old names of the hook verbs (one release, with a DeprecationWarning) --------------
+    def stage(self, name: str, scores: torch.Tensor, notify: bool = True) -> torch.Tensor:
+        """Deprecated: ``fire(f"processor.{name}", scores, notify)``."""
+        warn_renamed("StepContext.stage(name, ...)", 'StepContext.fire(f"processor.{name}", ...)')
+        return self.fire(f"processor.{name}", scores, notify=notify)
+
+    def wants_stages(self) -> bool:
+        """Deprecated: ``has("processor.*")``."""
+        warn_renamed("StepContext.wants_stages()", 'StepContext.has("processor.*")')
+        return self.has("processor.*")
+
+    def listening(self, point: str) -> bool:
+        """Deprecated: ``has(point)``."""
+        warn_renamed("StepContext.listening(point)", "StepContext.has(point)")
+        return self.has(point)
+
+    def emit(self, point: str, payload: Any) -> Any:
+        """Deprecated: ``fire(point, payload)`` (hooks at ``point`` observe only)."""
+        warn_renamed("StepContext.emit(point, payload)", "StepContext.fire(point, payload)")
+        self.fire(point, payload)
+        return payload
 
 
 __all__ = ["StepContext", "call_processor"]

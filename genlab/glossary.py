@@ -37,7 +37,9 @@ used only by plain ``generate`` calls without a seed, as in the reference.
 **hook point** -- a dotted name where hooks run: ``logits``, ``processor.<ClassName>``,
 ``scores``, ``select``, ``beam.candidates``, ``step_end``, ``finish``
 (:mod:`genlab.hooks`). A **hook** may replace the value; an **observer** (the trace, the
-widgets) only sees it.
+widgets) only sees it. The verbs: ``add`` a hook, ``observe`` as an observer, ``has`` (is
+anyone listening), ``fire`` (hooks, then observers), ``notify`` (observers only); a
+strategy's ``ctx`` has the last three.
 
 **stage** -- the scores after one processor. Its name in hook points and trace tables is
 the processor's class name (``TopKLogitsWarper``), as transformers users know it; plots

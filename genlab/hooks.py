@@ -8,9 +8,10 @@ visits them:
 ``logits``                 raw next-token logits, (rows, vocab) float32
 ``processor.<Name>``       scores right after the logits processor ``<Name>``
 ``scores``                 final processed scores, what the strategy chooses from
-``beam.candidates``        beam search: the candidates it scored (a table payload)
+``beam.candidates``        beam search: the candidates it scored (a table payload;
+                           observe only: a return value is ignored)
 ``select``                 the chosen tokens, (rows,) long
-``step_end``               the finished :class:`~genlab.engine.Step` record
+``step_end``               the finished :class:`~genlab.engine.Step` record (observe only)
 ``finish``                 the final output object
 =========================  =====================================================
 
@@ -20,6 +21,17 @@ Hooks are temporary by default::
         run.step()
 
 With no hook registered the loop pays one truthiness test per point.
+
+The registry's verbs (:class:`HookRegistry`; a strategy's
+:class:`~genlab.context.StepContext` has the last three, without the step):
+
+* :meth:`~HookRegistry.add` -- register a hook, which may replace the value;
+* :meth:`~HookRegistry.observe` -- register an observer ``fn(point, value, step)`` (the
+  trace, the widgets), which sees the value after the hooks and never replaces it;
+* :meth:`~HookRegistry.has` -- is anyone listening at a point (``"processor.*"``: after
+  any processor)? Payloads are built only then;
+* :meth:`~HookRegistry.fire` -- a point of the loop: hooks, then observers;
+* :meth:`~HookRegistry.notify` -- observers only.
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from .moved import warn_renamed
 
 HOOK_POINTS = ("logits", "processor.*", "scores", "beam.candidates", "select", "step_end", "finish")
 
@@ -79,6 +93,8 @@ def check_replacement(name: str, fn: Hook, old: Any, new: Any) -> Any:
 
 #: points whose observers see the value before the hooks (the step is already committed)
 _OBSERVE_FIRST = ("step_end", "finish")
+#: points whose hooks observe only: what they return is ignored
+_OBSERVE_ONLY = ("step_end", "beam.candidates")
 
 
 class HookRegistry:
@@ -95,14 +111,18 @@ class HookRegistry:
         return bool(self._hooks) or bool(self._observers)
 
     def has(self, name: str) -> bool:
-        """True when a hook or an observer listens at ``name``."""
+        """True when a hook or an observer listens at ``name``; ``"processor.*"``: after any
+        processor (the processors then run one by one)."""
+        if name == "processor.*":
+            return any(k.startswith("processor.") for k in (*self._hooks, *self._observers))
         if name in self._hooks or name in self._observers:
             return True
         return name.startswith("processor.") and "processor.*" in self._observers
 
     def wants_processors(self) -> bool:
-        """True when some hook or observer listens after individual processors."""
-        return any(k.startswith("processor.") for k in (*self._hooks, *self._observers))
+        """Deprecated: ``has("processor.*")``."""
+        warn_renamed("HookRegistry.wants_processors()", 'HookRegistry.has("processor.*")')
+        return self.has("processor.*")
 
     def observe(self, name: str, fn: Callable[[str, Any, int], None]) -> Callable[[], None]:
         """Register an observer ``fn(point, value, step)`` at ``name`` (``processor.*`` for
@@ -152,12 +172,11 @@ class HookRegistry:
             for remove in reversed(removers):
                 remove()
 
-    def fire(
-        self, name: str, value: Any, step: int, observe_only: bool = False, notify: bool = True
-    ) -> Any:
+    def fire(self, name: str, value: Any, step: int, notify: bool = True) -> Any:
         """Pass ``value`` through every hook at ``name``; a non-None return replaces it
-        (checked by :func:`check_replacement`), unless ``observe_only``. Observers see the
-        result (unless ``notify`` is False: the caller notifies them itself)."""
+        (checked by :func:`check_replacement`; ignored at ``step_end`` and
+        ``beam.candidates``, whose hooks observe only). Observers see the result (unless
+        ``notify`` is False: the caller notifies them itself). ``step``: the step index."""
         outer, self.firing = self.firing, name
         try:
             first = name in _OBSERVE_FIRST
@@ -165,7 +184,7 @@ class HookRegistry:
                 self.notify(name, value, step)
             for fn in tuple(self._hooks.get(name, ())):
                 out = fn(value, step=step)
-                if out is not None and not observe_only and name != "step_end":
+                if out is not None and name not in _OBSERVE_ONLY:
                     value = out if name == "finish" else check_replacement(name, fn, value, out)
             if not first and notify:
                 self.notify(name, value, step)

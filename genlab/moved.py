@@ -33,4 +33,13 @@ def moved_to(old: str, new: str, shown: str | None = None, names=None):
     return __getattr__
 
 
-__all__ = ["moved_to"]
+def warn_renamed(old: str, new: str) -> None:
+    """Warn that the method or name ``old`` a caller used is now ``new`` (one release)."""
+    warnings.warn(
+        f"{old} is now {new}; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+__all__ = ["moved_to", "warn_renamed"]

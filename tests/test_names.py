@@ -83,3 +83,35 @@ def test_tables_and_the_early_exit_model_left_strategies_and_the_old_path_warns(
         assert getattr(importlib.import_module(old), name) is moved
     with pytest.raises(AttributeError):  # only the moved names answer there
         getattr(importlib.import_module(old), "Trace")  # noqa: B009
+
+
+def test_the_hook_verbs_are_add_observe_has_fire_notify_and_the_old_ones_warn(model):
+    from genlab.hooks import HookRegistry
+
+    registry = HookRegistry()
+    assert not registry.has("processor.*")
+    registry.add("processor.TopKLogitsWarper", lambda x, step: None)
+    assert registry.has("processor.*") and not registry.has("processor.DoLa")
+    with pytest.warns(DeprecationWarning, match='has\\("processor.\\*"\\)'):
+        assert registry.wants_processors()
+    # beam.candidates hooks observe only: what they return does not flow on
+    registry.add("beam.candidates", lambda payload, step: "replaced")
+    assert registry.fire("beam.candidates", "payload", 0) == "payload"
+
+    run = genlab.start(model, torch.tensor([[1, 5, 17]]), max_new_tokens=2)
+    ctx, seen = run._ctx, []
+    with run.hooks(**{"processor.DoLa": lambda x, step: x + 1}):
+        remove = run.registry.observe("processor.*", lambda p, value, step: seen.append(p))
+        assert ctx.has("processor.DoLa") and ctx.has("processor.*")
+        scores = torch.zeros(1, 4)
+        assert ctx.fire("processor.DoLa", scores).eq(1).all() and seen == ["processor.DoLa"]
+        for old, args, new in [
+            ("stage", ("DoLa", scores), "fire"),
+            ("wants_stages", (), "has"),
+            ("listening", ("processor.DoLa",), "has"),
+            ("emit", ("beam.candidates", "payload"), "fire"),
+        ]:
+            with pytest.warns(DeprecationWarning, match=f"StepContext.{new}"):
+                getattr(ctx, old)(*args)
+    remove()
+    assert not ctx.has("processor.DoLa") and not ctx.has("processor.*")

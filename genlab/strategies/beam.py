@@ -73,13 +73,12 @@ def fill_token(config) -> int:
 
 def is_listening(ctx) -> bool:
     """True when a tracer or a ``beam.candidates`` hook wants the candidate payload."""
-    return ctx.listening("beam.candidates")
+    return ctx.has("beam.candidates")
 
 
 def publish(ctx, payload: BeamStep) -> BeamStep:
     """Fire the ``beam.candidates`` hook (observe only) and return the payload."""
-    ctx.emit("beam.candidates", payload)
-    return payload
+    return ctx.fire("beam.candidates", payload)
 
 
 def stop_flags(ctx, sequences: torch.LongTensor) -> torch.BoolTensor:

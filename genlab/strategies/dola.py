@@ -153,7 +153,7 @@ class DolaDecoding(TokenByToken):
 
     def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
         scores, self.chosen_layer, self.divergence = contrast_logits(logits, self.premature)
-        scores = ctx.stage("DoLa", scores)
+        scores = ctx.fire("processor.DoLa", scores)
         return ctx.process(ctx.sequences, scores)
 
     def choose(self, scores: torch.Tensor, ctx) -> torch.LongTensor:

@@ -121,7 +121,7 @@ class GroupBeamSearch(BeamSearch):
         vocab = logits.shape[-1]
         k = candidates_per_input(cfg, S)
         listening = is_listening(ctx)
-        staged = ctx.wants_stages()
+        staged = ctx.has("processor.*")
         stages: list[tuple[str, torch.Tensor]] = []
         current = torch.zeros(B * n, dtype=ctx.sequences.dtype, device=logits.device)
         processed_all = torch.zeros_like(logits)
@@ -156,7 +156,8 @@ class GroupBeamSearch(BeamSearch):
         for i, proc in enumerate(ctx.processors):
             scores = call_processor(proc, ids, scores, current_tokens=current, beam_group_idx=g)
             name = type(proc).__name__
-            scores = ctx.stage(name, scores, notify=False)  # hooks see each group's rows
+            # hooks see each group's rows; observers the whole stage, once complete
+            scores = ctx.fire(f"processor.{name}", scores, notify=False)
             if len(stages) <= i:
                 stages.append((name, torch.zeros_like(logits)))
             stages[i][1][rows] = scores
