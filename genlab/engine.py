@@ -16,6 +16,10 @@ before the commit (a hook, a processor, the model, the strategy, KeyboardInterru
 run back exactly as it was and re-raises the error unchanged. ``step_end`` hooks run after
 the commit. Strategies see a :class:`~genlab.context.StepContext`, never the Run; the trace
 observes the hook points like any other hook.
+
+The Run's other parts have modules of their own: its set-up stages (:mod:`genlab.plan`
+lists them), its :class:`~genlab.records.Step` records and output
+(:mod:`genlab.records`), and rewinding and forking (:mod:`genlab.branches`).
 """
 
 from __future__ import annotations
@@ -25,61 +29,28 @@ import copy
 import threading
 import time
 import warnings
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from .branches import Branching
 from .caches import compiled_forward
 from .config import prepare_config
 from .context import StepContext
 from .history import RunHistory
 from .hooks import HookRegistry
 from .ids import check_ids
-from .inputs import prepare_inputs
+from .inputs import forced_ids, prepare_inputs
 from .models.adapt import as_model
-from .plan import config_values, effective_config, make_plan, switch_strategy
+from .plan import config_values, make_plan, switch_strategy
 from .randomness import RunRandom
-from .state import STATEFUL_PROCESSORS, RunState, Undo, initial_state
+from .records import Step, build_output, step_record
+from .state import RunState, Undo, initial_state
 from .strategies import Selection, strategy_for
-from .tokens import show_token
 
 #: keyword arguments of ``generate`` that are inputs, not config fields
 INPUT_KEYS = ("input_ids", "attention_mask", "tokenizer")
 
 __all__ = ["Run", "Step", "as_model", "generate", "prepare_config", "start"]
-
-
-# ----------------------------------------------------------------------------------------
-# records
-# ----------------------------------------------------------------------------------------
-@dataclass
-class Step:
-    """What one step did.
-
-    index: the step's number (0 = first generated token); tokens: (rows,) chosen ids, or
-    (rows, n) when a step appends several (assisted decoding); parents: (rows,) the row
-    each new row continues, for beam-like strategies, else None; logprobs: log-softmax of
-    the final scores at the chosen tokens; finished: the run ended with this step;
-    forced: the token came from :meth:`Run.force`; text: the chosen tokens as decoded
-    text, one string per token (when a tokenizer is known); info: strategy details.
-    """
-
-    index: int
-    tokens: torch.LongTensor
-    parents: torch.LongTensor | None
-    logprobs: torch.Tensor
-    finished: bool
-    forced: bool = False
-    text: list[str] | None = None
-    info: dict[str, Any] | None = None
-
-    def __repr__(self) -> str:
-        shown = [show_token(t) for t in self.text] if self.text is not None else None
-        shown = shown if shown is not None else self.tokens.tolist()
-        lp = [round(v, 3) for v in self.logprobs.reshape(-1).tolist()]
-        extra = ", forced" if self.forced else ""
-        return f"Step({self.index}, tokens={shown}, logprobs={lp}, finished={self.finished}{extra})"
 
 
 class _AtLimit(Exception):
@@ -125,7 +96,7 @@ def _view(path: str, doc: str) -> property:
     return property(get)
 
 
-class Run:
+class Run(Branching):
     """A generation in progress: step it, force tokens, rewind, fork, edit its config.
 
     Create it with :func:`start` or ``lm.start(...)`` (same arguments as :func:`generate`,
@@ -375,24 +346,6 @@ class Run:
             f"rewind({generated - max(limit - self.given.prompt_length, 0)}) first"
         )
 
-    def _resume_if_longer(self) -> None:
-        """A run that ended by length goes on when its limit was raised: its last step is
-        computed again under the new config (so rows that ended by EOS stay ended)."""
-        st = self.state
-        if not (st.finished and self._finished_by == "length" and st.step_index):
-            return
-        if int(effective_config(self.config, self.given).max_length) <= st.sequences.shape[1]:
-            return
-        if self._history is None:
-            raise ValueError(
-                "this run ended by length and keeps no history, so it cannot go on: start it "
-                "with keep_history=True (lm.start does), or start a new run"
-            )
-        config = copy.deepcopy(self.config)
-        self._rewind(1)
-        self.config = config
-        self._step(want_record=True)
-
     @property
     def pending_forced(self) -> tuple[int, ...]:
         """Token ids queued by :meth:`force` that the next steps will take, in order."""
@@ -426,7 +379,7 @@ class Run:
     def force(self, token) -> Run:
         """Make the next step(s) choose ``token``: an id, a list of ids, a token string or
         a text (all of its tokens, one per step). Queued ids: :attr:`pending_forced`."""
-        ids = self._forced_ids(token)
+        ids = forced_ids(token, self.given.tokenizer, self.given.info.vocab_size)
         with self._exclusive("force"):
             self.state.forced = [*self.state.forced, *ids]
         return self
@@ -437,38 +390,6 @@ class Run:
         with self._exclusive("clear_forced"):
             dropped, self.state.forced = tuple(self.state.forced), []
         return dropped
-
-    def _forced_ids(self, token) -> list[int]:
-        vocab_size = self.given.info.vocab_size
-        tok = self.given.tokenizer
-        if isinstance(token, str):
-            if tok is None:
-                raise ValueError("forcing text needs a tokenizer; pass a token id instead")
-            if token == "":
-                raise ValueError("force('') has no tokens to force: give a text or a token id")
-            vocab = tok.get_vocab()
-            ids = [vocab[token]] if token in vocab else tok.encode(token, add_special_tokens=False)
-            if not ids:
-                raise ValueError(f"{token!r} encodes to no tokens")
-            return [int(i) for i in ids]
-        items = list(token) if isinstance(token, (list, tuple)) else [token]
-        if isinstance(token, torch.Tensor):
-            items = token.reshape(-1).tolist()
-        if not items:
-            raise ValueError("force([]) has no tokens to force: give a text or token ids")
-        ids = []
-        for t in items:
-            if isinstance(t, torch.Tensor) and t.numel() == 1:
-                t = t.item()
-            if isinstance(t, bool) or not isinstance(t, int):
-                raise ValueError(
-                    f"force takes token ids (ints) or text, got {t!r} ({type(t).__name__}): "
-                    "pass an int id, a list of int ids or a string"
-                )
-            if not 0 <= t < vocab_size:
-                raise ValueError(f"forced token id {t} is outside [0, {vocab_size})")
-            ids.append(int(t))
-        return ids
 
     def step(self) -> Step | None:
         """Advance one token; returns the Step record (None when already finished)."""
@@ -543,124 +464,6 @@ class Run:
         self._finished_by = "interrupted"
         self._finish(self.state)
         self._output = None
-
-    def rewind(self, n: int = 1) -> Run:
-        """Undo the last ``n`` steps, restoring the exact earlier state: tokens, cache,
-        random state, the config in force at that step and the forced queue. ``rewind(0)``
-        does nothing."""
-        with self._exclusive("rewind"):
-            self._rewind(n)
-        return self
-
-    def _rewind(self, n: int) -> None:
-        if self._history is None:
-            raise ValueError(
-                "this run keeps no history: start it with keep_history=True "
-                "(lm.start does) to rewind"
-            )
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.state.step_index:
-            raise ValueError(f"can rewind 0..{self.state.step_index} steps, not {n!r}")
-        if n == 0:
-            return
-        target = self.state.step_index - n
-        if self._history.replays or self._replays():
-            self._history.replays = True
-            self._history.replay(self, target)
-        else:
-            self._history.restore(self, target)
-        del self.history[target:]
-        self.state.finished = False
-        self.interrupted = False
-        self._finished_by = None
-        self._output = None
-        if self._tracer is not None:
-            self._tracer.truncate(target)
-
-    def _replays(self) -> bool:
-        """Whether rewinding must replay: beam rows reorder the cache in place, and some
-        processors keep state of their own."""
-        stateful = any(type(p).__name__ in STATEFUL_PROCESSORS for p in self.processors)
-        return self.state.strategy.reorders_rows or stateful
-
-    def shared_objects(self) -> dict:
-        """What forks and copies share instead of copying (a ``deepcopy`` memo): the model,
-        the draft model, the tokenizer. They are read, never written, by a run."""
-        given = self.given
-        keep = {}
-        for obj in (given.model, given.tokenizer, given.assistant_model):
-            if obj is not None:
-                keep[id(obj)] = obj
-                hf = getattr(obj, "hf", None)
-                if hf is not None:
-                    keep[id(hf)] = hf
-        return keep
-
-    def fork(self) -> Run:
-        """An independent copy: stepping, forcing, rewinding or editing one never changes
-        the other. It shares only the model and tokenizer; everything else (cache, config,
-        strategy, plan and processors, forced queue, random state, history, hooks, trace)
-        is its own."""
-        with self._exclusive("fork", committed_ok=True):
-            return self._fork()
-
-    def _fork(self) -> Run:
-        other = copy.copy(self)
-        other.given = copy.copy(self.given)
-        other.given.streamer = None
-        other._lock, other._owner, other._stop_requested = threading.Lock(), None, False
-        keep = self.shared_objects()
-
-        def copy_plan(plan):
-            out = copy.copy(plan)
-            out.config = copy.deepcopy(plan.config)
-            out.processors = copy.deepcopy(plan.processors, memo=dict(keep))
-            out.stopping_criteria = copy.deepcopy(plan.stopping_criteria, memo=dict(keep))
-            out.seen = dict(plan.seen)
-            return out
-
-        strategies, plans = {}, {}
-
-        def copy_strategy(strategy):
-            out = copy.deepcopy(strategy, memo=dict(keep))
-            out.config = plans[id(strategy_plan[id(strategy)])].config
-            return out
-
-        st = self.state
-        plan = copy_plan(st.plan)
-        plans[id(st.plan)] = plan
-        strategy_plan = {id(st.strategy): st.plan}
-        if self._history is not None:
-            for e in (*self._history.entries, self._history.initial[0]):
-                strategy_plan.setdefault(id(e.strategy), e.plan)
-                if id(e.plan) not in plans:
-                    plans[id(e.plan)] = copy_plan(e.plan)
-        strategy = copy_strategy(st.strategy)
-        strategies[id(st.strategy)] = strategy
-        other.random = self.random.copy()
-        other.state = RunState(
-            sequences=st.sequences.clone(),
-            attention_mask=st.attention_mask.clone(),
-            cache=st.cache.copy(),
-            plan=plan,
-            strategy=strategy,
-            recorded={k: list(v) for k, v in st.recorded.items()},
-            forced=list(st.forced),
-            step_index=st.step_index,
-            finished=st.finished,
-            streaming=False,
-        )
-        other.config = copy.deepcopy(self.config)
-        other.registry = self.registry.copy()
-        other.history = list(self.history)
-        if self._history is not None:
-            other._history = self._history.copy(
-                strategies, plans, copy_strategy, lambda p: plans[id(p)]
-            )
-        other._ctx = StepContext(other)
-        other._tracer, other._tracer_off = None, []
-        if self._tracer is not None:
-            other.attach_tracer(self._tracer.fork(other))
-        return other
 
     @property
     def output(self):
@@ -844,34 +647,13 @@ class Run:
         done = strategy.is_done(ctx)
         record = None
         if want_record or registry.has("step_end"):
-            record = self._record(idx, sel, scores, took is not None, done)
+            record = step_record(idx, sel, scores, took is not None, done, self.given.tokenizer)
         streamed = None
         if state.streaming:
             streamed = new.cpu() if sel.tokens.dim() == 2 else sel.tokens.cpu()
         if reorder:  # last: an in-place reorder of the cache cannot be undone
             state.cache.reorder(sel.parents)
         return record, took, streamed, done
-
-    def _record(self, idx, sel: Selection, scores, forced: bool, done: bool) -> Step:
-        if sel.parents is not None:
-            scores = scores[sel.parents]
-        if sel.tokens.dim() == 2:  # (rows, n) tokens, one score tensor each
-            each = sel.scores if sel.scores is not None else (scores,) * sel.tokens.shape[1]
-            logprobs = torch.stack(
-                [
-                    torch.log_softmax(s.float(), dim=-1).gather(1, t[:, None])[:, 0]
-                    for s, t in zip(each, sel.tokens.unbind(1), strict=True)
-                ],
-                dim=1,
-            )
-        else:
-            logprobs = torch.log_softmax(scores.float(), dim=-1).gather(1, sel.tokens[:, None])
-            logprobs = logprobs[:, 0]
-        text = None
-        tok = self.given.tokenizer
-        if tok is not None and hasattr(tok, "decode"):
-            text = [tok.decode([t]) for t in sel.tokens.reshape(-1).tolist()]
-        return Step(idx, sel.tokens, sel.parents, logprobs, done, forced, text, sel.info)
 
     def _finish(self, state: RunState) -> None:
         state.finished = True
@@ -881,34 +663,7 @@ class Run:
 
     def _build_output(self):
         state = self.state
-        fields = dict(state.strategy.finalize(self._ctx))
-        self._returned_nodes = fields.pop("returned_nodes", None)
-        cfg = state.plan.config
-        if not cfg.return_dict_in_generate:
-            out = fields["sequences"]
-        else:
-            from . import outputs
-
-            rec = state.recorded
-            past = getattr(state.cache, "inner", state.cache) if cfg.use_cache else None
-            common = dict(
-                scores=tuple(rec["scores"]) if cfg.output_scores else None,
-                logits=tuple(rec["logits"]) if cfg.output_logits else None,
-                attentions=tuple(rec["attentions"]) if cfg.output_attentions else None,
-                hidden_states=tuple(rec["hidden"]) if cfg.output_hidden_states else None,
-                past_key_values=past,
-            )
-            common.update(fields)
-            if self.given.encdec is not None:  # decoder_* / cross / encoder_* field names
-                cross = tuple(rec["cross"]) if cfg.output_attentions else None
-                out = self.given.encdec.build_output(cfg, common, cross)
-            else:
-                cls = (
-                    outputs.GenerateBeamDecoderOnlyOutput
-                    if "beam_indices" in fields
-                    else outputs.GenerateDecoderOnlyOutput
-                )
-                out = cls(**common)
+        out, self._returned_nodes = build_output(state, self._ctx, self.given.encdec)
         if self.registry:
             out = self.registry.fire("finish", out, state.step_index)
         return out

@@ -15,7 +15,8 @@ deep inside the model:
   as transformers users write ``model.generate(**tok("..."))``;
 * :func:`prompt_ids`: lists and tensors of token ids: integers only, rows of one length,
   at least one token;
-* :func:`infer_attention_mask`: the mask of a prompt given without one.
+* :func:`infer_attention_mask`: the mask of a prompt given without one;
+* :func:`forced_ids`: what ``Run.force`` queues, as checked ids.
 
 Example::
 
@@ -294,6 +295,46 @@ def infer_attention_mask(ids: torch.LongTensor, pad: int | None, eos: list[int])
     if pad is not None and (ids == pad).any() and pad not in eos:
         return ids.ne(pad).long()
     return torch.ones_like(ids)
+
+
+def forced_ids(token, tokenizer, vocab_size: int | None) -> list[int]:
+    """The token ids a ``Run.force(token)`` call queues, checked.
+
+    token: an id, a list or tensor of ids, a token string (one vocabulary entry) or a text
+    (all of its tokens); tokenizer: turns strings into ids (None: strings are refused);
+    vocab_size: the model's vocabulary size, ids outside it are refused.
+    """
+    if isinstance(token, str):
+        if tokenizer is None:
+            raise ValueError("forcing text needs a tokenizer; pass a token id instead")
+        if token == "":
+            raise ValueError("force('') has no tokens to force: give a text or a token id")
+        vocab = tokenizer.get_vocab()
+        if token in vocab:
+            ids = [vocab[token]]
+        else:
+            ids = tokenizer.encode(token, add_special_tokens=False)
+        if not ids:
+            raise ValueError(f"{token!r} encodes to no tokens")
+        return [int(i) for i in ids]
+    items = list(token) if isinstance(token, (list, tuple)) else [token]
+    if isinstance(token, torch.Tensor):
+        items = token.reshape(-1).tolist()
+    if not items:
+        raise ValueError("force([]) has no tokens to force: give a text or token ids")
+    ids = []
+    for t in items:
+        if isinstance(t, torch.Tensor) and t.numel() == 1:
+            t = t.item()
+        if isinstance(t, bool) or not isinstance(t, int):
+            raise ValueError(
+                f"force takes token ids (ints) or text, got {t!r} ({type(t).__name__}): "
+                "pass an int id, a list of int ids or a string"
+            )
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"forced token id {t} is outside [0, {vocab_size})")
+        ids.append(int(t))
+    return ids
 
 
 #: the length checks moved to the plan, which resolves the lengths they check

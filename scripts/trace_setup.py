@@ -24,8 +24,9 @@ STAGES = (
     ("plan", "genlab.plan"),
     ("state", "genlab.state"),
 )
-#: where the set-up is driven from (the Run and the functions that make one)
-DRIVERS = ("genlab.engine", "genlab.lm")
+#: where the set-up is driven from: the Run (its methods are in engine and branches) and
+#: the functions that make one
+DRIVERS = ("genlab.engine", "genlab.branches", "genlab.lm")
 
 
 class FirstForward(Exception):
