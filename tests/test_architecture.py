@@ -87,3 +87,42 @@ def test_strategies_never_see_the_run():
     edges = _imports(_modules())
     for mod in strategies:
         assert "genlab.engine" not in edges[mod], f"{mod} imports the engine"
+
+
+def _defines_a_model(node: ast.ClassDef) -> bool:
+    """A class with the model protocol's methods: new_cache, or forward(self, input_ids...)
+    (a strategy's forward takes the step context)."""
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef):
+            params = [a.arg for a in item.args.args]
+            if item.name == "new_cache":
+                return True
+            if item.name == "forward" and params[1:2] == ["input_ids"]:
+                return True
+    return False
+
+
+def test_strategies_hold_strategies_not_tables_or_models():
+    """strategies/ only chooses tokens: its pandas tables live with the tables (genlab.trace),
+    model wrappers in models/, and the shared beam bookkeeping in its own module."""
+    mods = _modules()
+    for mod, path in mods.items():
+        if not mod.startswith("genlab.strategies"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if not node.level else []
+            else:
+                names = []
+            assert not [n for n in names if n.split(".")[0] == "pandas"], (
+                f"{mod} imports pandas: build its tables in genlab.trace"
+            )
+            if isinstance(node, ast.ClassDef):
+                assert not _defines_a_model(node), (
+                    f"{mod}.{node.name} is a model: it belongs in genlab.models"
+                )
+    edges = _imports(mods)
+    assert "genlab.strategies.group_beam" not in edges["genlab.strategies.constrained_beam"]
