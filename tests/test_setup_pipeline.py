@@ -50,6 +50,19 @@ def test_generate_sets_up_in_one_pass(model):
     assert _set_up_stages(go) == RUN_PARTS + PIPELINE
 
 
+def test_an_encoder_decoder_runs_its_encoder_within_the_inputs_stage():
+    from test_encoder_decoder import tiny_t5
+
+    t5 = tiny_t5()
+    ids = torch.tensor([[5, 6, 7]])
+    mask = torch.ones_like(ids)
+
+    def go():
+        return genlab.generate(t5, ids, attention_mask=mask, max_new_tokens=3)
+
+    assert _set_up_stages(go) == RUN_PARTS + PIPELINE
+
+
 def test_a_run_with_history_and_trace_attaches_them_after_the_pipeline(model):
     ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
 
