@@ -7,17 +7,108 @@ Each notebook runs in a fresh kernel (the one it names), in its own folder, offl
 nbval compares against. The widget state is stored in the notebook's metadata, so that a
 viewer without a kernel (GitHub, nbviewer, the docs) still draws the panels as they were;
 ``--no-widget-state`` leaves it out (notebooks/00_app.ipynb: Voila always runs it live).
+
+Only the state a saved view needs is kept (:func:`slim_widget_state`): a genlab panel's
+output keeps its static HTML view (``Panel.static_html``, what a viewer without a kernel
+shows) and loses its widget view, so its control tree is not saved; the other widgets
+keep the models their views reach, each without the values that are its defaults.
+``--slim`` slims the saved state of the notebooks given, without running them.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+STATE = "application/vnd.jupyter.widget-state+json"
+VIEW = "application/vnd.jupyter.widget-view+json"
+STATIC = 'class="genlab-static"'  # the static HTML view of every genlab panel
+REFERENCE = re.compile(r"IPY_MODEL_([0-9a-f]{32})")
+
+
+def state_size(nb) -> int:
+    """Bytes of the notebook's saved widget state (its metadata.widgets as JSON)."""
+    widgets = nb.metadata.get("widgets")
+    return len(json.dumps(widgets)) if widgets else 0
+
+
+def _defaults(entry: dict) -> dict:
+    """The default value of every synced trait of the model class of a state ``entry``
+    (as JSON); {} for a class this ipywidgets does not know."""
+    from ipywidgets.widgets.widget import Widget
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        registry = Widget.widget_types
+    state = entry["state"]
+    try:
+        cls = registry.get(
+            entry["model_module"], entry["model_module_version"], entry["model_name"],
+            state.get("_view_module"), state.get("_view_module_version"),
+            state.get("_view_name"),
+        )  # fmt: skip
+    except KeyError:
+        return {}
+    out = {}
+    for name, trait in cls.class_traits(sync=True).items():
+        try:
+            value = trait.default()
+        except Exception:  # a default made at instantiation: keep the saved value
+            continue
+        if value is None or isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        elif isinstance(value, (list, tuple)) and not value:
+            out[name] = []
+    return out
+
+
+def slim_widget_state(nb) -> tuple[int, int]:
+    """Keep only the widget state the notebook's saved views need (see the module
+    docstring); returns the state's size in bytes (before, after)."""
+    before = state_size(nb)
+    roots = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if VIEW not in data:
+                continue
+            if STATIC in data.get("text/html", ""):
+                del data[VIEW]  # the panel's static HTML is its saved view
+            else:
+                roots.append(data[VIEW]["model_id"])
+    widgets = nb.metadata.get("widgets", {})
+    state = widgets.get(STATE, {}).get("state", {})
+    keep, todo = {}, list(roots)
+    while todo:
+        model = todo.pop()
+        if model in keep or model not in state:
+            continue
+        keep[model] = state[model]
+        todo.extend(REFERENCE.findall(json.dumps(state[model]["state"])))
+    cache: dict[tuple, dict] = {}
+    for entry in keep.values():
+        key = (entry["model_module"], entry["model_name"], entry["state"].get("_view_name"))
+        if key not in cache:
+            cache[key] = _defaults(entry)
+        defaults = cache[key]
+        entry["state"] = {
+            k: v
+            for k, v in entry["state"].items()
+            if k.startswith("_") or k not in defaults or defaults[k] != v
+        }
+    if keep:
+        widgets[STATE]["state"] = dict(sorted(keep.items()))
+    else:
+        nb.metadata.pop("widgets", None)
+    return before, state_size(nb)
 
 
 def execute(path: Path, widget_state: bool = True) -> float:
@@ -33,16 +124,25 @@ def execute(path: Path, widget_state: bool = True) -> float:
     client.execute()
     if not widget_state:
         nb.metadata.pop("widgets", None)  # a state saved by an earlier run
+    slim_widget_state(nb)
     nbformat.write(nb, path)
     return time.perf_counter() - t0
 
 
 def main(paths: list[str]) -> int:
     widget_state = "--no-widget-state" not in paths
-    paths = [p for p in paths if p != "--no-widget-state"]
+    slim_only = "--slim" in paths
+    paths = [p for p in paths if p not in ("--no-widget-state", "--slim")]
     if not paths:
         print(__doc__)
         return 2
+    if slim_only:
+        for name in paths:
+            nb = nbformat.read(name, as_version=4)
+            before, after = slim_widget_state(nb)
+            nbformat.write(nb, name)
+            print(f"{name}: widget state {before / 1e3:.1f} kB -> {after / 1e3:.1f} kB")
+        return 0
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for name in paths:
