@@ -103,3 +103,21 @@ def test_sweep_view_old_import_path_warns():
     with pytest.warns(DeprecationWarning, match="genlab.widgets.SweepView"):
         from genlab.widgets.inside import SweepView as old
     assert old is SweepView
+
+
+def test_a_committed_change_generates_without_the_typing_pause():
+    """A released slider (any control but the prompt) waits COMMIT_DELAY, not the
+    debounce that lets the typing of a prompt pause."""
+    from genlab.models.table import TableLM
+    from genlab.widgets.playground import Playground
+
+    pg = Playground(genlab.LM(TableLM.classic()), "The", debounce=1.5)
+    assert pg.version == 1
+    pg.panel.set("max_new_tokens", 1)
+    _until(lambda: pg.version == 2, timeout=1.0)  # well before the 1.5 s debounce
+    assert len(pg.table) == 1
+    pg.prompt_box.value = "The dog"  # typing: waits for the pause
+    time.sleep(0.5)
+    assert pg.version == 2 and pg.busy
+    pg.wait()
+    assert pg.version == 3 and pg.result.text == "has"

@@ -186,11 +186,25 @@ class LiveView(Panel):
         return self.result
 
     # -- helpers for subclasses -------------------------------------------------------------
+    #: seconds of quiet after a committed change (a slider released, a box left with
+    #: Enter, a checkbox) before generating: enough to take a burst of arrow-key steps as
+    #: one change, without the typing pause (``debounce``) that only the prompt needs
+    COMMIT_DELAY = 0.05
+
     def on_input(self, change=None) -> None:
-        """Observer for inputs: schedule a debounced update when auto-update is on."""
+        """Observer for inputs: schedule an update when auto-update is on, after the
+        debounce while the prompt is being typed, after :data:`COMMIT_DELAY` for a
+        committed change (every other control)."""
         if self.auto_box.value:
-            self._busy(True, "waiting for the typing to pause…")
-            self.worker.schedule()
+            typing = isinstance(change, dict) and change.get("owner") is getattr(
+                self, "prompt_box", None
+            )
+            if typing:
+                self._busy(True, "waiting for the typing to pause…")
+                self.worker.schedule()
+            else:
+                self._busy(True)
+                self.worker.schedule(min(self.COMMIT_DELAY, self.worker.debounce))
 
     def _busy(self, on: bool, note: str = "working…") -> None:
         """The busy state, visible at once: a class on the panel, Stop enabled, a note."""

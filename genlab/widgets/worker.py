@@ -108,8 +108,10 @@ class Worker:
         """'loop' when a request made here now would run on the event loop, else 'thread'."""
         return "loop" if running_loop() is not None else "thread"
 
-    def schedule(self) -> None:
-        """Submit after ``debounce`` seconds without another schedule() call."""
+    def schedule(self, delay: float | None = None) -> None:
+        """Submit after ``delay`` seconds (default ``debounce``) without another
+        schedule() call."""
+        delay = self.debounce if delay is None else delay
         loop = running_loop()
         with self._lock:
             self._cancel_timer()
@@ -117,9 +119,9 @@ class Worker:
             self._tick += 1
             self._timer_loop = loop
             if loop is not None:
-                self._timer = loop.call_later(self.debounce, self._fire, self._tick)
+                self._timer = loop.call_later(delay, self._fire, self._tick)
             else:
-                self._timer = threading.Timer(self.debounce, self._fire, (self._tick,))
+                self._timer = threading.Timer(delay, self._fire, (self._tick,))
                 self._timer.daemon = True
                 self._timer.start()
 

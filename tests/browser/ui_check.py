@@ -1,7 +1,8 @@
 """Drive JupyterLab in headless Debian Chromium through every panel (built by
 tests/browser/panels.ipynb from code, so that the check does not depend on the notebooks'
 prose), at 768 px of notebook output: JupyterLab in a 1200 px window with its file
-browser open, as a class sees it.
+browser open, as a class sees it; then again at 1020 px (the file browser closed), where
+nothing may overflow either.
 
 usage: python ui_check.py BASE_URL NOTEBOOK ARTIFACTS_DIR [MODE]
 
@@ -47,6 +48,7 @@ FLAGS = [
     "--disable-dev-shm-usage",
 ]
 OUTPUT_WIDTH = 768  # px of notebook output (1200 px window, file browser open)
+WIDE_OUTPUT = 1020  # px of notebook output with the file browser closed
 PROMPTS = ".jp-NotebookPanel .jp-CodeCell .jp-InputPrompt"
 ALL_RAN = f"""() => {{ const p = [...document.querySelectorAll('{PROMPTS}')];
   return p.length > 0 && p.every(e => /\\[\\d+\\]/.test(e.textContent)); }}"""
@@ -167,7 +169,13 @@ def open_notebook(page) -> dict:
         page.wait_for_timeout(100)
     if state != "ready":
         raise RuntimeError(f"the notebook's kernel never became ready: {state}")
-    # the output area is OUTPUT_WIDTH px wide: the window follows what JupyterLab leaves
+    width = set_output_width(page, OUTPUT_WIDTH)
+    return {"secs_to_kernel_ready": round(time.time() - t0, 1), "editor_width": width}
+
+
+def set_output_width(page, px: int) -> float:
+    """Make the notebook's output area ``px`` wide (the window follows what JupyterLab
+    leaves beside it); returns the width measured before."""
     width = page.evaluate(
         "() => document.querySelector('.jp-CodeCell .jp-InputArea-editor')"
         ".getBoundingClientRect().width"
@@ -176,10 +184,10 @@ def open_notebook(page) -> dict:
         raise RuntimeError(f"could not measure the notebook's width: {width} px")
     viewport = page.viewport_size
     page.set_viewport_size(
-        {"width": int(viewport["width"] + OUTPUT_WIDTH - width), "height": viewport["height"]}
+        {"width": int(viewport["width"] + px - width), "height": viewport["height"]}
     )
     page.wait_for_timeout(300)
-    return {"secs_to_kernel_ready": round(time.time() - t0, 1), "editor_width": width}
+    return width
 
 
 def run_all(page) -> None:
@@ -443,6 +451,32 @@ def panel_checks(page, res: dict, shots: Path) -> None:
         loc.screenshot(path=str(shots / f"{name}.png"))
 
 
+def wide_checks(page, res: dict, shots: Path) -> None:
+    """Every panel, in the state the checks left it in, at 1020 px of output: nothing
+    overflows outside a box that scrolls (the watermark's green list too); a screenshot."""
+    set_output_width(page, WIDE_OUTPUT)
+    res["output_width_wide"] = page.evaluate(
+        "() => Math.round(document.querySelector('.jp-CodeCell .jp-InputArea-editor')"
+        ".getBoundingClientRect().width)"
+    )
+    res["overflow_wide"] = {}
+    for name, sel in PANELS.items():
+        loc = page.locator(sel).first
+        if not loc.count():
+            continue
+        loc.scroll_into_view_if_needed()
+        page.wait_for_timeout(200)
+        res["overflow_wide"][name] = page.evaluate(OVERFLOW, sel)
+        loc.screenshot(path=str(shots / f"{name}_{WIDE_OUTPUT}.png"))
+    root = PANELS["watermark_explorer"]
+    page.locator(root).first.scroll_into_view_if_needed()
+    tab(page, root, "Green list")
+    page.wait_for_timeout(500)
+    res["overflow_wide"]["watermark_green_list"] = page.evaluate(OVERFLOW, root)
+    tab(page, root, "Green / red")
+    set_output_width(page, OUTPUT_WIDTH)
+
+
 def main() -> int:
     t0 = time.time()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -483,6 +517,7 @@ def main() -> int:
                 safe(lambda: debugger(page, res), res, "debugger")
                 page.locator(DBG).first.screenshot(path=str(shots / "step_debugger_long_text.png"))
                 safe(lambda: explorers(page, res, shots), res, "explorers")
+                safe(lambda: wide_checks(page, res, shots), res, "1020 px")
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "failure.png"))
             raise
@@ -497,6 +532,9 @@ def main() -> int:
         "rendered": bool(res.get("rendered")),
         "nothing overflows at 768 px": bool(res.get("overflow"))
         and not any(res["overflow"].values()) and not res.get("watermark_overflow"),
+        "nothing overflows at 1020 px": bool(res.get("overflow_wide"))
+        and abs(res.get("output_width_wide", 0) - WIDE_OUTPUT) <= 2
+        and not any(res["overflow_wide"].values()),
         "no broken images": bool(res.get("broken_images"))
         and not any(res["broken_images"].values()) and res.get("playground_broken_images") == 0,
         "token text contrast >= 4.5": bool(res.get("contrast"))
