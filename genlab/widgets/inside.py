@@ -166,8 +166,9 @@ class LensView(LiveView):
 
     # -- LiveView --------------------------------------------------------------------------
     def compute(self, job: Job):
-        """Generator: generate from the typed prompt a token per step (Stop ends it: the
-        lens reads the tokens made so far), then read the lens; returns (result, lens)."""
+        """Generator: generate for ``job`` from the typed prompt, a token per step (Stop
+        ends it: the lens reads the tokens made so far), then read the lens; returns
+        (result, lens)."""
         config = initial_config(self.lm, None, **self.config)
         run = start_run(
             self.lm, self._prompt(), chat=self.chat_box.value, seed=self.seed, config=config
@@ -182,8 +183,8 @@ class LensView(LiveView):
         return result, logit_lens(result, top_k=self.top_k)
 
     def render(self, data) -> None:
-        """Show ``(source, lens)``: the coloured text, the step slider, the lens and the
-        attention of the selected step."""
+        """Show ``data``, a ``(source, lens)`` pair: the coloured text, the step slider,
+        the lens and the attention of the selected step."""
         source, lens = data
         self.source, self.lens, self.error = source, lens, None
         self.result = source

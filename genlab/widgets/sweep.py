@@ -150,7 +150,7 @@ class SweepView(LiveView):
 
     # -- LiveView --------------------------------------------------------------------------
     def compute(self, job: Job):
-        """Generator: sample the typed grid, one setting per step (Stop and a newer
+        """Generator: sample the typed grid for ``job``, one setting per step (Stop and a newer
         request are read between two settings); returns the SweepResult, or
         :class:`Stopped` when Stop ended it."""
         from ..sweeps import SweepResult, sweep
@@ -193,7 +193,8 @@ class SweepView(LiveView):
         )  # fmt: skip
 
     def render(self, result) -> None:
-        """Show a finished sweep (or, after Stop, say how far it got and keep the last)."""
+        """Show ``result``, a finished sweep (or, after Stop, say how far it got and keep
+        the last)."""
         if isinstance(result, Stopped):
             kept = "the last finished sweep is still shown" if self.result is not None else (
                 "nothing finished yet"
