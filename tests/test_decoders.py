@@ -554,7 +554,7 @@ def test_gpt2_positions_past_its_table_are_reported():
 
 
 def test_numeric_attention_mask_gives_sdpa_the_numbers_of_its_boolean_one():
-    from genlab.models.llama import sdpa_keep_mask
+    from genlab.models.masks import sdpa_keep_mask
 
     mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
     keep, _ = sdpa_keep_mask(mask, past=2, new_len=4)

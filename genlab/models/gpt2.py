@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from genlab import threads
 from genlab.models.attention import explicit_attention
 from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
-from genlab.models.llama import (
+from genlab.models.masks import (
     _keep_mask,
     additive_mask,
     check_forward_inputs,
