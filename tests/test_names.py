@@ -115,3 +115,17 @@ def test_the_hook_verbs_are_add_observe_has_fire_notify_and_the_old_ones_warn(mo
                 getattr(ctx, old)(*args)
     remove()
     assert not ctx.has("processor.DoLa") and not ctx.has("processor.*")
+
+
+def test_panels_take_trace_depth_and_their_old_trace_top_k_warns():
+    from genlab.models.table import TableLM
+    from genlab.widgets import Playground, StepDebugger
+
+    lm = genlab.LM(TableLM.classic())
+    pg = Playground(lm, "the", trace_depth=3, max_new_tokens=2)
+    assert pg.trace_depth == 3 and pg.result.run.tracer.depth == 3
+    dbg = StepDebugger(lm, "the", trace_depth=2, max_new_tokens=2)
+    assert dbg.run.tracer.depth == 2
+    with pytest.warns(DeprecationWarning, match="trace_depth"):
+        old = StepDebugger(lm, "the", trace_top_k=4, max_new_tokens=2)
+    assert old.trace_depth == 4 and old.run.tracer.depth == 4

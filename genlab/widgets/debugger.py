@@ -44,7 +44,7 @@ from .base import (
     title_html,
 )
 from .config_panel import ConfigPanel
-from .live import LiveView, initial_config, run_total, start_run
+from .live import LiveView, initial_config, run_total, start_run, trace_depth_of
 from .render import (
     TABLE_CSS,
     frame_html,
@@ -154,9 +154,9 @@ class StepDebugger(LiveView):
     token per callback), so Stop and every click are read between two tokens; a click
     made while a Run is going on is refused with a message (never applied later).
 
-    lm: a :class:`genlab.LM`; prompt, chat, seed as in ``lm.start``; trace_top_k:
-    candidates kept per stage; config / config kwargs: the settings (model defaults, 20 new
-    tokens unless given).
+    lm: a :class:`genlab.LM`; prompt, chat, seed as in ``lm.start``; trace_depth:
+    candidates the trace keeps per stage (trace_top_k: its old name, deprecated); config /
+    config kwargs: the settings (model defaults, 20 new tokens unless given).
 
     For code and tests: ``step()``, ``run_to_end()``, ``rewind(n)``, ``fork()``,
     ``select_run(i)``, ``force(token)``, ``clear_forced()``, ``text()``, ``history()`` and
@@ -179,19 +179,20 @@ class StepDebugger(LiveView):
         *,
         chat: bool = False,
         seed: int | None = 0,
-        trace_top_k: int = 10,
+        trace_depth: int = 10,
+        trace_top_k: int | None = None,
         config: GenerationConfig | None = None,
         **config_kwargs: Any,
     ) -> None:
         self.lm = lm
-        self.trace_top_k = trace_top_k
+        self.trace_depth = trace_depth_of(trace_depth, trace_top_k)
         self.prompt = prompt
         self.chat = chat
         self.seed_value = seed
         self._init_live(debounce=0.0, auto_update=False)
         cfg = initial_config(lm, config, **config_kwargs)
         run = start_run(
-            lm, prompt, chat=chat, seed=seed, config=cfg, trace_top_k=trace_top_k,
+            lm, prompt, chat=chat, seed=seed, config=cfg, trace_depth=self.trace_depth,
             keep_history=True,
         )  # fmt: skip
         self.runs: list[Run] = [run]

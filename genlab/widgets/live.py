@@ -60,6 +60,20 @@ def initial_config(lm, config: GenerationConfig | None = None, **overrides) -> G
     return config
 
 
+def trace_depth_of(trace_depth: int, trace_top_k: int | None) -> int:
+    """A panel's ``trace_depth``, or the value of its old name ``trace_top_k`` (with a
+    DeprecationWarning: ``top_k`` is the sampling field; the trace's is its depth)."""
+    if trace_top_k is None:
+        return trace_depth
+    warnings.warn(
+        "trace_top_k is now trace_depth (top_k is the sampling field); the old name goes "
+        "in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return trace_top_k
+
+
 def start_run(
     lm,
     prompt,
@@ -67,24 +81,25 @@ def start_run(
     chat: bool,
     seed: int | None,
     config: GenerationConfig,
-    trace_top_k: int = 10,
+    trace_depth: int = 10,
     tracer_class=None,
     keep_history: bool = False,
 ) -> Run:
     """The one way a panel starts a run: a traced Run of ``lm`` on ``prompt`` with a
     private copy of ``config`` (through :meth:`genlab.LM.start`'s path), ``keep_history``
     for a run that rewinds and forks (the StepDebugger). Warnings of the set-up are kept
-    in ``run.warnings``; ``tracer_class`` replaces the Tracer."""
+    in ``run.warnings``; ``trace_depth``: candidates the trace keeps per stage;
+    ``tracer_class`` replaces the Tracer."""
     if isinstance(prompt, str) and not prompt.strip() and not chat:
         raise ValueError("prompt is empty: type some text to continue (or tick chat)")
     with WARNINGS_LOCK, warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         run = lm._new_run(
-            prompt, chat, None, {"depth": trace_top_k}, seed, keep_history,
+            prompt, chat, None, {"depth": trace_depth}, seed, keep_history,
             {"generation_config": config.copy()},
         )  # fmt: skip
     if tracer_class is not None:
-        run.attach_tracer(tracer_class(run, depth=trace_top_k))
+        run.attach_tracer(tracer_class(run, depth=trace_depth))
     return run
 
 

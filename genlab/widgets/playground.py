@@ -32,7 +32,7 @@ from ..config import GenerationConfig
 from ..tokens import running_pieces, show_token
 from .base import FOCUS_CSS, figure_image, scroll_box, title_html
 from .config_panel import ConfigPanel
-from .live import LiveView, initial_config
+from .live import LiveView, initial_config, trace_depth_of
 from .render import (
     frame_html,
     message,
@@ -105,7 +105,8 @@ class Playground(LiveView):
     with the chat template; seed: the seed of every generation; config / config kwargs:
     the starting settings (the model's defaults, 20 new tokens, unless given);
     auto_update: regenerate after every change; debounce: seconds of quiet before that;
-    trace_top_k: alternatives kept per step; run: generate once right away (synchronously).
+    trace_depth: alternatives the trace keeps per step (trace_top_k: its old name,
+    deprecated); run: generate once right away (synchronously).
 
     For code and tests: ``update(sync=True)`` generates now and returns the result;
     ``wait()`` waits for a scheduled update; ``result`` (a GenerationResult), ``table``
@@ -132,12 +133,13 @@ class Playground(LiveView):
         config: GenerationConfig | None = None,
         auto_update: bool = True,
         debounce: float = 0.3,
-        trace_top_k: int = 10,
+        trace_depth: int = 10,
+        trace_top_k: int | None = None,
         run: bool = True,
         **config_kwargs: Any,
     ) -> None:
         self.lm = lm
-        self.trace_top_k = trace_top_k
+        self.trace_depth = trace_depth_of(trace_depth, trace_top_k)
         self.table: pd.DataFrame | None = None
         self._plots_shown = False
         self._init_live(debounce, auto_update)
@@ -220,7 +222,7 @@ class Playground(LiveView):
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
         """Generate for job, a token per step (see LiveView.drive); returns the result."""
-        return (yield from self.generate(job, self.panel.config, trace_top_k=self.trace_top_k))
+        return (yield from self.generate(job, self.panel.config, trace_depth=self.trace_depth))
 
     def stream(self, run, job: Job) -> None:
         """Show the tokens ``run`` generated so far (called by the worker during ``job``)."""
