@@ -215,8 +215,9 @@ def safe(fn, res: dict, key: str):
 
 
 def playground(page, res: dict) -> None:
-    """Slider: ArrowLeft on max_new_tokens 24 -> 20 tokens (timed from the last key press); a typed prompt -> its text;
-    a seed '2.5' refused in words; the beam preset's table."""
+    """Slider: ArrowLeft on max_new_tokens 24 -> 20 tokens (timed from the last key
+    press); a typed prompt -> its text; a seed '2.5' refused in words; the beam preset's
+    table."""
     page.locator(PG).first.scroll_into_view_if_needed()
     res["playground_tokens_before"] = page.locator(f"{RESULT} .genlab-token").count()
     handle = page.locator(f"{SLIDER} .noUi-handle").first
