@@ -50,7 +50,8 @@ the strategy chooses from).
 
 **trace** -- a :class:`~genlab.trace.Tracer` observes a run and keeps, for every token,
 the best ``depth`` tokens of every stage (``trace={"depth": 20}``; the panels'
-``trace_depth=``; ``depth`` is not the sampling field ``top_k``). Its :class:`~genlab.trace.Trace` gives the tables.
+``trace_depth=``; ``depth`` is not the sampling field ``top_k``). Its
+:class:`~genlab.trace.Trace` gives the tables.
 
 **step data** -- what a strategy family tells the trace about a step, typed
 (:mod:`genlab.stepdata`): ``BeamStep``, ``AssistedStep``, ``ContrastiveStep``, ``DolaStep``,
