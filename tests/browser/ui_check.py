@@ -428,15 +428,21 @@ def explorers(page, res: dict, shots: Path) -> None:
     res["beam_raw_cells"] += page.evaluate(RAW_CELLS, root)
 
 
-def panel_checks(page, res: dict, shots: Path) -> None:
-    """Every panel: overflow at 768 px, broken images, contrast, wrapping; a screenshot."""
-    res["overflow"], res["broken_images"], res["contrast"], res["unwrapped"] = {}, {}, {}, {}
+def shown_panels(page):
+    """(name, selector, locator) of every panel on the page, each scrolled into view."""
     for name, sel in PANELS.items():
         loc = page.locator(sel).first
         if not loc.count():
             continue
         loc.scroll_into_view_if_needed()
         page.wait_for_timeout(200)
+        yield name, sel, loc
+
+
+def panel_checks(page, res: dict, shots: Path) -> None:
+    """Every panel: overflow at 768 px, broken images, contrast, wrapping; a screenshot."""
+    res["overflow"], res["broken_images"], res["contrast"], res["unwrapped"] = {}, {}, {}, {}
+    for name, sel, loc in shown_panels(page):
         res["overflow"][name] = page.evaluate(OVERFLOW, sel)
         res["broken_images"][name] = page.evaluate(BROKEN_IMAGES, sel)
         if name == "step_debugger":  # before the first Step: no figure, and no broken image
@@ -462,12 +468,7 @@ def wide_checks(page, res: dict, shots: Path) -> None:
         ".getBoundingClientRect().width)"
     )
     res["overflow_wide"] = {}
-    for name, sel in PANELS.items():
-        loc = page.locator(sel).first
-        if not loc.count():
-            continue
-        loc.scroll_into_view_if_needed()
-        page.wait_for_timeout(200)
+    for name, sel, loc in shown_panels(page):
         res["overflow_wide"][name] = page.evaluate(OVERFLOW, sel)
         loc.screenshot(path=str(shots / f"{name}_{WIDE_OUTPUT}.png"))
     root = PANELS["watermark_explorer"]
