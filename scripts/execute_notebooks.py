@@ -125,8 +125,19 @@ def execute(path: Path, widget_state: bool = True) -> float:
     if not widget_state:
         nb.metadata.pop("widgets", None)  # a state saved by an earlier run
     slim_widget_state(nb)
+    name_kernel_as_jupyterlab_does(nb)
     nbformat.write(nb, path)
     return time.perf_counter() - t0
+
+
+def name_kernel_as_jupyterlab_does(nb) -> None:
+    """The kernelspec's display name as ipykernel gives it ("Python 3 (ipykernel)"): with
+    another name JupyterLab rewrites it when the kernel starts, and a lesson a student only
+    opened shows as modified (and asks to be saved on closing)."""
+    from ipykernel.kernelspec import get_kernel_dict
+
+    spec = nb.metadata.setdefault("kernelspec", {})
+    spec.update(name="python3", language="python", display_name=get_kernel_dict()["display_name"])
 
 
 def main(paths: list[str]) -> int:

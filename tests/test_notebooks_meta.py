@@ -108,3 +108,17 @@ def test_seed_pattern_rejects_a_missing_seed():
     assert SEED_CALL.search("_ = torch.manual_seed(0)")
     assert not SEED_CALL.search("torch.manual_seed  # later")
     assert not SEED_CALL.search("import torch")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_opening_a_lesson_leaves_it_unmodified(path):
+    """JupyterLab rewrites a kernelspec whose display name differs from the kernel's own, so
+    a lesson only opened would show as modified and ask to be saved when closed."""
+    from ipykernel.kernelspec import get_kernel_dict
+
+    spec = json.loads(path.read_text(encoding="utf-8"))["metadata"]["kernelspec"]
+    assert spec == {
+        "display_name": get_kernel_dict()["display_name"],
+        "language": "python",
+        "name": "python3",
+    }
