@@ -55,6 +55,8 @@ demo: $(VENV)/.genlab-installed
 
 $(VENV)/.genlab-lab-installed: pyproject.toml $(VENV)/.genlab-installed
 	$(PIP) install -e '.[lab]'
+	mkdir -p $(VENV)/share/jupyter/lab/settings  # no news pop-up over the first lesson
+	cp share/jupyter/lab/settings/overrides.json $(VENV)/share/jupyter/lab/settings/
 	touch $@
 
 ## lab: (command 2) JupyterLab in the same venv, opened on the first lesson (LAB_ARGS=--no-browser ...)
