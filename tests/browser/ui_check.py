@@ -35,6 +35,8 @@ from playwright.sync_api import sync_playwright
 
 BASE, NB, ARTIFACTS = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 MODE = sys.argv[4] if len(sys.argv) > 4 else "normal"
+# benchmarks/bench_browser.sh: how many slider moves the Playground's latency is taken over
+LATENCY_SAMPLES = max(1, int(os.environ.get("GENLAB_LATENCY_SAMPLES", "1")))
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--headless",
@@ -237,6 +239,13 @@ def playground(page, res: dict) -> None:
         arg=[RESULT, res["playground_tokens_before"]],
     )
     res["secs_slider_to_final_text"] = round(time.time() - t, 3)
+    res["slider_latencies"] = [res["secs_slider_to_final_text"]] + [
+        slider_move(page, "ArrowRight" if i % 2 == 0 else "ArrowLeft")
+        for i in range(LATENCY_SAMPLES - 1)
+    ]
+    res["slider_first_token"] = list(FIRST_PAINTS)
+    if (LATENCY_SAMPLES - 1) % 2:  # back to 20 tokens for the checks that follow
+        slider_move(page, "ArrowLeft")
     box = page.locator(f"{PG} textarea").first
     t = time.time()
     box.fill("The capital of Italy is")  # no Tab: the prompt commits as it is typed
@@ -258,6 +267,33 @@ def playground(page, res: dict) -> None:
     seed.fill("0")
     seed.press("Enter")
     page.wait_for_timeout(800)
+
+
+def slider_move(page, key: str) -> float:
+    """One more slider move (benchmark mode): seconds from the key press until the new
+    final text is drawn and the panel is no longer busy."""
+    before = sel_text(page, RESULT)
+    t = time.time()
+    page.keyboard.press(key)
+    wait_for(
+        page,
+        "([sel, old]) => { const e = document.querySelector(sel);"
+        " return e && e.innerText !== old; }",
+        arg=[RESULT, before],
+    )
+    FIRST_PAINTS.append(round(time.time() - t, 3))
+    wait_for(
+        page,
+        "([sel, old]) => { const e = document.querySelector(sel);"
+        " return e && e.innerText !== old &&"
+        " !document.querySelector('.genlab-playground').classList.contains('genlab-busy') &&"
+        " !e.querySelector('.genlab-streaming'); }",
+        arg=[RESULT, before],
+    )
+    return round(time.time() - t, 3)
+
+
+FIRST_PAINTS: list[float] = []  # slider_move: seconds until the first streamed token shows
 
 
 def playground_beam(page, res: dict) -> None:
@@ -576,6 +612,7 @@ def main() -> int:
     print(json.dumps({"checks": checks, "latency": {
         "step_p50": res["step_latency_p50"], "step_p90": res["step_latency_p90"],
         "slider_to_final_text": res.get("secs_slider_to_final_text"),
+        "slider_to_final_text_all": res.get("slider_latencies"),
         "prompt_to_final_text": res.get("secs_prompt_to_final_text"),
         "click_to_busy": res.get("secs_click_to_busy")}}, indent=1))  # fmt: skip
     (ARTIFACTS / "result.json").write_text(json.dumps({**res, "checks": checks}, indent=1))
