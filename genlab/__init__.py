@@ -30,13 +30,14 @@ every public name; the lessons in ``notebooks/`` (notebooks/README.md has the co
 from __future__ import annotations
 
 import os as _os
-import sys as _sys
 
 _os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from genlab import threads as _threads  # noqa: E402  (before torch: see genlab/threads.py)
 
 _threads.set_wait_policy()
+
+from genlab.lazy import lazy_exports as _lazy_exports  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -76,26 +77,9 @@ _LAZY = {
 # the subpackages a user reaches as attributes (`genlab.plots.token_probs`)
 _SUBPACKAGES = ("plots", "widgets", "tokens", "models", "processors")
 
-
-def __getattr__(name):
-    # lazy so that `import genlab` stays fast and light (torch is imported on first use)
-    import importlib
-
-    if name in _LAZY:
-        mod, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f"genlab.{mod}"), attr)
-        globals()[name] = value
-        return value
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"genlab.{name}")
-    if name == "__all__" and _sys._getframe(1).f_globals.get("__name__") != "pydoc":
-        # `from genlab import *` and every reader get the public names; pydoc (help())
-        # does not, so that help(genlab) is the guide above, not every class in full
-        return sorted(_LAZY)
-    raise AttributeError(f"module 'genlab' has no attribute {name!r}")
-
-
-def __dir__():
-    # what dir() and tab completion show: the public names (loaded or not) and subpackages,
-    # never the helpers of this file (no `annotations`, no `_os`)
-    return sorted({*_LAZY, *_SUBPACKAGES, "__version__"})
+# `import genlab` stays fast and light: torch is imported when a name that needs it is
+# first read. `__all__` is withheld from pydoc only, so that help(genlab) is the guide
+# above, not every class in full; dir() shows the public names and the subpackages.
+__getattr__, __dir__ = _lazy_exports(
+    __name__, _LAZY, subpackages=_SUBPACKAGES, extra=("__version__",), all_for_pydoc=False
+)

@@ -33,6 +33,21 @@ def moved_to(old: str, new: str, shown: str | None = None, names=None):
     return __getattr__
 
 
+def moved_apart(old: str, routes: dict[str, str], rest: str | None = None, shown=None):
+    """A module ``__getattr__`` for ``old``, whose names went to several modules: ``routes``
+    maps a name to its new module; every other name went to ``rest`` (None: the others
+    stay in ``old``, and an unknown name is a plain AttributeError). ``shown`` as in
+    :func:`moved_to`."""
+
+    def __getattr__(name: str):
+        new = routes.get(name, rest)
+        if new is None:
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        return moved_to(old, new, shown)(name)
+
+    return __getattr__
+
+
 def warn_renamed(old: str, new: str) -> None:
     """Warn that the method or name ``old`` a caller used is now ``new`` (one release)."""
     warnings.warn(
@@ -42,4 +57,4 @@ def warn_renamed(old: str, new: str) -> None:
     )
 
 
-__all__ = ["moved_to", "warn_renamed"]
+__all__ = ["moved_apart", "moved_to", "warn_renamed"]

@@ -9,16 +9,10 @@ names answer here for one release, with a DeprecationWarning.
 
 from __future__ import annotations
 
-from .moved import moved_to
+from .moved import moved_apart
 
-_to_config = moved_to("genlab.prepare", "genlab.config", names={"prepare_config"})
-_to_inputs = moved_to("genlab.prepare", "genlab.inputs", names={"infer_attention_mask"})
-_to_plan = moved_to("genlab.prepare", "genlab.plan")
-
-
-def __getattr__(name: str):
-    if name == "prepare_config":
-        return _to_config(name)
-    if name == "infer_attention_mask":
-        return _to_inputs(name)
-    return _to_plan(name)
+__getattr__ = moved_apart(
+    "genlab.prepare",
+    {"prepare_config": "genlab.config", "infer_attention_mask": "genlab.inputs"},
+    rest="genlab.plan",
+)

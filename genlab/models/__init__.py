@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from genlab.lazy import lazy_exports
 from genlab.models.base import Cache, CausalLM, KVCache, ModelInfo, ModelOutput
 
 DEMO_SOURCE = "demo"
@@ -72,10 +73,5 @@ def load_demo(*, add_bos_token: bool | None = None, dtype=None):
     return _load_demo(add_bos_token=add_bos_token, dtype=dtype)
 
 
-def __getattr__(name):
-    # Tokenizer is imported on first use: it pulls in tokenizers and jinja2
-    if name == "Tokenizer":
-        from genlab.tokenizer import Tokenizer
-
-        return Tokenizer
-    raise AttributeError(f"module 'genlab.models' has no attribute {name!r}")
+# Tokenizer is read on first use: it pulls in tokenizers and jinja2 (dir() stays the default)
+__getattr__, _ = lazy_exports(__name__, {"Tokenizer": "genlab.tokenizer"})

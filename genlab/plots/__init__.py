@@ -14,7 +14,7 @@ here imports widgets. Grouped by subject:
 
 from __future__ import annotations
 
-import importlib
+from genlab.lazy import lazy_exports
 
 _LAZY = {
     "token_probs": "tokens",
@@ -35,17 +35,5 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"genlab.plots.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'genlab.plots' has no attribute {name!r}")
-
-
-def __dir__():
-    # dir() and tab completion: every public name, loaded or not, and nothing private
-    return sorted(_LAZY)
-
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 __all__ = sorted(_LAZY)

@@ -48,7 +48,7 @@ import torch
 
 from ..models import early_exit
 from ..models.base import ModelOutput
-from ..moved import moved_to
+from ..moved import moved_apart
 from ..stepdata import AssistedStep, DraftSource
 from .base import Selection
 from .sampling import TokenByToken
@@ -442,13 +442,11 @@ class AssistedDecoding(TokenByToken):
 
 
 # moved: the tables to genlab.trace, the early-exit model to genlab.models.early_exit
-_moved_tables = moved_to(
-    "genlab.strategies.assisted", "genlab.trace", names=("assisted_table", "acceptance_rate")
+__getattr__ = moved_apart(
+    "genlab.strategies.assisted",
+    {
+        "assisted_table": "genlab.trace",
+        "acceptance_rate": "genlab.trace",
+        "EarlyExitModel": "genlab.models.early_exit",
+    },
 )
-_moved_model = moved_to(
-    "genlab.strategies.assisted", "genlab.models.early_exit", names=("EarlyExitModel",)
-)
-
-
-def __getattr__(name: str):
-    return (_moved_model if name == "EarlyExitModel" else _moved_tables)(name)

@@ -43,6 +43,7 @@ torch.Size([25])
 
 from __future__ import annotations
 
+from ..lazy import lazy_exports
 from .build import watermark_processor
 from .detection import (
     WatermarkDetection,
@@ -92,18 +93,11 @@ from .synthid import (
 )
 from .tables import greenlist_table, synthid_gvalues_table, token_colours
 
-# rendered by the widgets layer; kept importable from here (resolved on first use)
-_FROM_WIDGETS = ("WatermarkHTML", "watermark_html")
-
-
-def __getattr__(name):
-    if name in _FROM_WIDGETS:
-        from ..widgets import watermark_html as rendering
-
-        value = getattr(rendering, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'genlab.watermark' has no attribute {name!r}")
+# rendered by the widgets layer; kept importable from here (resolved on first use; dir()
+# stays the default)
+__getattr__, _ = lazy_exports(
+    __name__, dict.fromkeys(("WatermarkHTML", "watermark_html"), "genlab.widgets.watermark_html")
+)
 
 
 __all__ = [

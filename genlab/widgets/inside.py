@@ -24,7 +24,7 @@ import ipywidgets as widgets
 
 from ..engine import Run
 from ..inside import attention, logit_lens
-from ..moved import moved_to
+from ..moved import moved_apart
 from ..plots.inside import attention_heatmap, focused_head, lens_heatmap
 from .base import FOCUS_CSS, error_text, figure_image, scroll_box, title_html
 from .live import Cancelled, LiveView, initial_config, start_run
@@ -34,14 +34,10 @@ from .worker import Job
 #: figures are drawn at 100 dpi: a 10-inch figure is 1000 px wide, text >= 7 pt is >= 9 px
 DPI = 100
 
-_sweep_moved = moved_to("genlab.widgets.inside", "genlab.widgets.sweep", "genlab.widgets")
-
-
-def __getattr__(name: str):
-    # SweepView moved to genlab.widgets.sweep: the old path warns for one release
-    if name == "SweepView":
-        return _sweep_moved(name)
-    raise AttributeError(f"module 'genlab.widgets.inside' has no attribute {name!r}")
+# SweepView moved to genlab.widgets.sweep: the old path warns for one release
+__getattr__ = moved_apart(
+    "genlab.widgets.inside", {"SweepView": "genlab.widgets.sweep"}, shown="genlab.widgets"
+)
 
 
 def _png(fig) -> bytes:
