@@ -260,11 +260,13 @@ def choose_form(
             f"MB) fits in free memory ({free / 1e9:.1f} GB): both. {timing}",
             ms,
         )
+    why = (
+        "one copy only (memory)"
+        if one == "split"
+        else "the packed copy serves both (a second copy is kept only for a faster one row)"
+    )
     return FormChoice(
-        one,
-        f"{one} for 1 row, {many} for {PROBE_ROWS}; one copy only (memory): the one-row "
-        f"winner. {timing}",
-        ms,
+        one, f"{one} for 1 row, {many} for {PROBE_ROWS}; {why}: the one-row winner. {timing}", ms
     )
 
 
