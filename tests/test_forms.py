@@ -49,6 +49,31 @@ def test_choice_follows_the_measurement(monkeypatch):
     assert mm.choose_form(torch.float32, weight_bytes=1000).form == "split"
 
 
+def test_the_split_form_takes_the_block_count_measured_fastest(monkeypatch):
+    monkeypatch.delenv("GENLAB_WEIGHT_FORM", raising=False)
+    monkeypatch.setattr(
+        mm,
+        "measure_forms",
+        lambda dtype: {"packed": (3.0, 2.0), "split": (1.0, 4.0), "split_parts": 1},
+    )
+    monkeypatch.setattr(mm, "free_memory_bytes", lambda: 10**12)
+    choice = mm.choose_form(torch.float32, weight_bytes=1000)
+    assert (
+        choice.form == "both" and choice.parts == 1 and "split in 1 block 1.00 ms" in choice.reason
+    )
+    hf_model = tiny_llama()
+    lm = build_decoder(hf_model.config.to_dict(), dict(hf_model.state_dict()))
+    assert lm.form_choice.parts == 1
+    assert all(layer.qkv.split.shape[0] == 1 for layer in lm.layers)  # one block, as measured
+    monkeypatch.setattr(
+        mm,
+        "measure_forms",
+        lambda dtype: {"packed": (3.0, 2.0), "split": (1.0, 4.0), "split_parts": 2},
+    )
+    lm = build_decoder(hf_model.config.to_dict(), dict(hf_model.state_dict()))
+    assert {layer.qkv.split.shape[0] for layer in lm.layers} <= {2, 1}  # 2 where it divides
+
+
 def test_float16_and_the_environment_override(monkeypatch):
     monkeypatch.delenv("GENLAB_WEIGHT_FORM", raising=False)
     assert mm.choose_form(torch.float16).form == "split"  # no oneDNN float16 linear
@@ -62,7 +87,9 @@ def test_float16_and_the_environment_override(monkeypatch):
 def test_measurement_is_taken_once_per_process_and_reports_both_forms():
     torch.set_num_threads(torch.get_num_threads())
     ms = mm.measure_forms(torch.float32, repeats=1)
-    assert set(ms) == {"packed", "split"} and all(len(v) == 2 and min(v) > 0 for v in ms.values())
+    assert set(ms) == {"packed", "split", "split_parts"}
+    assert all(len(ms[f]) == 2 and min(ms[f]) > 0 for f in ("packed", "split"))
+    assert ms["split_parts"] in {1, torch.get_num_threads()}
     assert mm.measure_forms(torch.float32) is ms  # stored: not measured again
 
 

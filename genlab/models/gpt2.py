@@ -232,11 +232,12 @@ class GPT2Decoder(BuiltinDecoder):
         removed as they are used.
         """
         threads.configure()  # thread defaults for shared machines (genlab/threads.py)
-        target = parts or torch.get_num_threads()
         choice = None
         if packed is None:  # measured once per process (see matmul.choose_form)
             choice = choose_form(*matrix_bytes(tensors, dtype))
             packed = choice.packed
+        # row blocks of the split form: given, else measured (choose_form), else one a thread
+        target = parts or (choice and choice.parts) or torch.get_num_threads()
 
         def get(name: str) -> torch.Tensor:
             t = tensors.pop(name).detach()  # consumed: see build_decoder's consume

@@ -495,15 +495,17 @@ class LlamaDecoder(BuiltinDecoder):
 
         packed: the matrices' form (see :func:`~genlab.models.matmul.pack_weight`): None
         packs them where oneDNN works (the default), False keeps row blocks; parts: row
-        blocks per matrix in that form (default: torch's thread count). Entries of
+        blocks per matrix in that form (default: the count choose_form measured fastest, else
+        torch's thread count). Entries of
         ``tensors`` are removed as they are used (the caller's dict is emptied).
         """
         threads.configure()  # thread defaults for shared machines (genlab/threads.py)
-        target = parts or torch.get_num_threads()
         choice = None
         if packed is None:  # measured once per process (see matmul.choose_form)
             choice = choose_form(*matrix_bytes(tensors, dtype))
             packed = choice.packed
+        # row blocks of the split form: given, else measured (choose_form), else one a thread
+        target = parts or (choice and choice.parts) or torch.get_num_threads()
 
         def get(name: str) -> torch.Tensor:
             t = tensors.pop(name).detach()  # consumed: see build_decoder's consume

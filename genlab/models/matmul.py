@@ -9,9 +9,10 @@ multiplied by :func:`matmul`:
   ``num_return_sequences``) at close to the CPU's arithmetic peak, and a prompt several
   times faster than torch's own CPU matrix product.
 * **split** (anything else, e.g. CUDA or float16): blocks of rows,
-  (parts, out // parts, in), a view of the matrix. A one-row product ``x @ W^T`` runs on a
-  single core in torch's CPU BLAS; as ``W @ x`` over blocks of rows it becomes a batched
-  product whose blocks run on separate cores.
+  (parts, out // parts, in), a view of the matrix, multiplied as ``W @ x`` in one batched
+  product. With one block per thread the blocks run on separate cores (where a one-row
+  ``x @ W^T`` would run on a single core in torch's CPU BLAS); on other CPUs a single block
+  is faster, so the block count is measured too.
 
 Under ``torch.compile`` a product is the operator ``genlab::matmul``, opaque to the compiler
 (inductor would otherwise rewrite the one-column batched product, or cannot take a packed
@@ -21,10 +22,10 @@ Which form a decoder stores is measured, not fixed: the cost of the packed one-r
 depends on the machine (25 % slower than the split one on one AMD EPYC, 4 % on another), so
 :func:`choose_form` times both forms once per process (per dtype and thread count: about
 0.1 s) on matrices the size of a small model's layers, for one row and for 16 rows, and
-keeps the faster for each. Where one row prefers the split form, several rows the packed
-one, and memory allows a second copy of the weights, a decoder keeps **both**
-(:class:`TwoForms`): the split view for decoding one row, the packed copy for prompts and
-batches.
+keeps the faster for each (the split form at its faster block count). Where one row
+prefers the split form, several rows the packed one, and memory allows a second copy of
+the weights, a decoder keeps **both** (:class:`TwoForms`): the split view for decoding
+one row, the packed copy for prompts and batches.
 """
 
 from __future__ import annotations
@@ -125,12 +126,14 @@ class FormChoice:
     form: "packed", "split" or "both" (the argument :func:`pack_weight` takes as
     ``packed``: True, False, "both"); ms: the measured milliseconds of each form for one and
     for 16 rows over the probe matrices (``{"packed": (one, sixteen), "split": (...)}``,
-    empty when nothing was measured); reason: one line for people.
+    empty when nothing was measured); reason: one line for people; parts: the row blocks
+    of the split form that was measured fastest (None: not measured, the decoder's default).
     """
 
     form: str
     reason: str
     ms: dict = field(default_factory=dict)
+    parts: int | None = None
 
     @property
     def packed(self) -> bool | str:
@@ -152,20 +155,23 @@ BOTH_MEMORY_SHARE = 0.25  # keep both forms when the extra copy is at most this 
 def measure_forms(dtype: torch.dtype = torch.float32, repeats: int = PROBE_REPEATS) -> dict:
     """Milliseconds of the packed and the split form for 1 and :data:`PROBE_ROWS` rows over
     :data:`PROBE_SHAPES` x :data:`PROBE_LAYERS` matrices (best of ``repeats``, the forms
-    alternating): ``{"packed": (one_row, many_rows), "split": (one_row, many_rows)}``.
+    alternating): ``{"packed": (one_row, many_rows), "split": (one_row, many_rows),
+    "split_parts": n}``. The split form is timed with one row block per thread and with a
+    single block (one batched product over the whole matrix); ``split`` holds the variant
+    faster for one row and ``split_parts`` its block count (on one AMD EPYC one block per
+    thread read 30-35 GB/s; on an Intel Xeon it read 8 GB/s where a single block read 17).
     Measured once per process for each dtype and thread count; later calls return the
     stored figures."""
     key = (dtype, torch.get_num_threads())
     if key in _MEASURED:
         return _MEASURED[key]
-    parts = torch.get_num_threads()
+    threads = torch.get_num_threads()
     weights = [
         torch.full(shape, 0.01, dtype=dtype) for _ in range(PROBE_LAYERS) for shape in PROBE_SHAPES
     ]
-    forms = {
-        "packed": [pack_weight(w, parts, packed=True) for w in weights],
-        "split": [pack_weight(w, parts, packed=False) for w in weights],
-    }
+    forms = {"packed": [pack_weight(w, threads, packed=True) for w in weights]}
+    for parts in dict.fromkeys((threads, 1)):
+        forms[f"split{parts}"] = [pack_weight(w, parts, packed=False) for w in weights]
     inputs = {}
     for rows in (1, PROBE_ROWS):
         for w in weights:
@@ -182,6 +188,8 @@ def measure_forms(dtype: torch.dtype = torch.float32, repeats: int = PROBE_REPEA
                     if i:
                         best[(name, rows)] = min(best[(name, rows)], seconds)
     ms = {name: (1e3 * best[(name, 1)], 1e3 * best[(name, PROBE_ROWS)]) for name in forms}
+    split = min((name for name in ms if name != "packed"), key=lambda name: ms[name][0])
+    ms = {"packed": ms["packed"], "split": ms[split], "split_parts": int(split[5:])}
     _MEASURED[key] = ms
     return ms
 
@@ -244,14 +252,16 @@ def choose_form(
         return FormChoice("split", f"no oneDNN linear for {where}: split row blocks")
     ms = measure_forms(dtype)
     (p1, p16), (s1, s16) = ms["packed"], ms["split"]
+    parts = ms.get("split_parts")
     one = "split" if s1 < p1 else "packed"
     many = "split" if s16 < p16 else "packed"
+    blocks = f" in {parts} block{'s' if parts != 1 else ''}" if parts else ""
     timing = (
-        f"1 row: packed {p1:.2f} ms, split {s1:.2f} ms; {PROBE_ROWS} rows: packed {p16:.2f} ms, "
-        f"split {s16:.2f} ms ({torch.get_num_threads()} threads, {dtype})"
+        f"1 row: packed {p1:.2f} ms, split{blocks} {s1:.2f} ms; {PROBE_ROWS} rows: packed "
+        f"{p16:.2f} ms, split {s16:.2f} ms ({torch.get_num_threads()} threads, {dtype})"
     )
     if one == many:
-        return FormChoice(one, f"{one} is faster for 1 and {PROBE_ROWS} rows: {timing}", ms)
+        return FormChoice(one, f"{one} is faster for 1 and {PROBE_ROWS} rows: {timing}", ms, parts)
     free = free_memory_bytes()
     if one == "split" and free is not None and weight_bytes <= BOTH_MEMORY_SHARE * free:
         return FormChoice(
@@ -259,6 +269,7 @@ def choose_form(
             f"split for 1 row, packed for {PROBE_ROWS}; a packed copy ({weight_bytes / 1e6:.0f} "
             f"MB) fits in free memory ({free / 1e9:.1f} GB): both. {timing}",
             ms,
+            parts,
         )
     why = (
         "one copy only (memory)"
@@ -266,7 +277,10 @@ def choose_form(
         else "the packed copy serves both (a second copy is kept only for a faster one row)"
     )
     return FormChoice(
-        one, f"{one} for 1 row, {many} for {PROBE_ROWS}; {why}: the one-row winner. {timing}", ms
+        one,
+        f"{one} for 1 row, {many} for {PROBE_ROWS}; {why}: the one-row winner. {timing}",
+        ms,
+        parts,
     )
 
 
