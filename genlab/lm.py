@@ -221,6 +221,7 @@ class LM:
         system: str | None = None,
         trace: bool | dict = False,
         seed: int | None = None,
+        keep_history: bool = True,
         **config,
     ) -> Run:
         """A steppable run (keeps history so it can rewind, fork and branch).
@@ -232,6 +233,8 @@ class LM:
             system: a system message for a chat prompt;
             trace: record the distribution after every processor (True, or a dict of Trace options);
             seed: seeds the run's own random generator (sampling is then reproducible);
+            keep_history: keep what :meth:`~genlab.engine.Run.rewind` needs (on by default;
+                False for a run that only steps forward, e.g. a long one);
             config: any GenerationConfig field (``max_new_tokens=20``, ``do_sample=True`` ...).
 
         >>> run = lm.start("Once upon a time", do_sample=True, seed=0, max_new_tokens=6)
@@ -243,7 +246,7 @@ class LM:
         >>> lm.result(run).text
         ' dragon was. To the gods'
         """
-        return self._new_run(prompt, chat, system, trace, seed, True, config)
+        return self._new_run(prompt, chat, system, trace, seed, keep_history, config)
 
     def generate(
         self,
@@ -254,6 +257,7 @@ class LM:
         trace: bool | dict = False,
         seed: int | None = None,
         progress: bool = False,
+        keep_history: bool = False,
         **config,
     ) -> GenerationResult:
         """Generate from text; returns a :class:`GenerationResult` (text, tables, trace).
@@ -266,6 +270,8 @@ class LM:
             trace: record the distribution after every processor (True, or a dict of Trace options);
             seed: seeds the run's own random generator (sampling is then reproducible);
             progress: show a progress bar (tokens so far, tokens/s) while it runs;
+            keep_history: keep what rewinding needs, so that ``result.run`` can be rewound
+                and forked afterwards (off by default: a generation only runs forward);
             config: any GenerationConfig field (``max_new_tokens=20``, ``num_beams=4`` ...).
 
         >>> res = lm.generate("What is the capital of France?", chat=True, max_new_tokens=12)
@@ -277,7 +283,7 @@ class LM:
         1  ␣capital  0.981
         2       ␣of  0.989
         """
-        run = self._new_run(prompt, chat, system, trace, seed, False, config)
+        run = self._new_run(prompt, chat, system, trace, seed, keep_history, config)
         run.run(progress=progress, keep_on_interrupt=False)  # Ctrl-C propagates
         return self.result(run)
 

@@ -95,3 +95,20 @@ def test_readme_quickstart_runs_as_written(demo, monkeypatch, capsys):
     monkeypatch.setattr(genlab, "load", lambda name, *a, **k: demo if name == "demo" else None)
     exec(compile(code, "README.md#quickstart", "exec"), {})
     assert capsys.readouterr().out == promised
+
+
+def test_keep_history_is_a_keyword_of_start_and_generate(demo):
+    # before: lm.start(..., keep_history=False) raised "got multiple values for keyword
+    # argument 'keep_history'" from deep inside
+    run = demo.start("Hi", keep_history=False, max_new_tokens=3)
+    run.step()
+    with pytest.raises(ValueError, match="keeps no history.*keep_history=True"):
+        run.rewind(1)
+    result = demo.generate("Hi", keep_history=True, max_new_tokens=3)
+    steps = result.run.step_index
+    assert steps >= 1 and result.run.rewind(1).step_index == steps - 1
+    with pytest.raises(ValueError, match="keeps no history"):
+        demo.generate("Hi", max_new_tokens=2).run.rewind(1)  # off by default in generate
+    on = demo.start("Hi", max_new_tokens=3)  # on by default in start
+    on.step()
+    assert on.rewind(1).step_index == 0
