@@ -35,7 +35,7 @@ def test_choice_follows_the_measurement(monkeypatch):
     monkeypatch.delenv("GENLAB_WEIGHT_FORM", raising=False)
     fake_measurement(monkeypatch, packed=(1.0, 2.0), split=(2.0, 4.0))
     assert mm.choose_form(torch.float32).form == "packed"
-    fake_measurement(monkeypatch, packed=(2.0, 5.0), split=(1.0, 4.0))
+    fake_measurement(monkeypatch, packed=(2.0, 5.0), split=(1.0, 3.0))
     assert mm.choose_form(torch.float32).form == "split"
     fake_measurement(monkeypatch, packed=(2.0, 2.0), split=(1.0, 4.0))
     choice = mm.choose_form(torch.float32, weight_bytes=1000)
@@ -44,6 +44,12 @@ def test_choice_follows_the_measurement(monkeypatch):
         "split for 1 row, packed for 16" in choice.reason
         and "1 row: packed 2.00 ms" in choice.reason
     )
+    # several rows stay packed unless split is clearly (25 %) faster: a near tie keeps both
+    fake_measurement(monkeypatch, packed=(2.0, 4.0), split=(1.0, 3.6))
+    assert mm.choose_form(torch.float32, weight_bytes=1000).form == "both"
+    fake_measurement(monkeypatch, packed=(2.0, 4.0), split=(1.0, 2.9))
+    assert mm.choose_form(torch.float32, weight_bytes=1000).form == "split"
+    fake_measurement(monkeypatch, packed=(2.0, 2.0), split=(1.0, 4.0))
     # no room for a second copy: the one-row winner
     monkeypatch.setattr(mm, "free_memory_bytes", lambda: 3000)
     assert mm.choose_form(torch.float32, weight_bytes=1000).form == "split"
@@ -79,6 +85,11 @@ def test_float16_and_the_environment_override(monkeypatch):
     assert mm.choose_form(torch.float16).form == "split"  # no oneDNN float16 linear
     monkeypatch.setenv("GENLAB_WEIGHT_FORM", "packed")
     assert mm.choose_form(torch.float32).form == "packed"
+    monkeypatch.setattr(
+        mm, "measure_forms", lambda dtype: {"packed": (2, 2), "split": (1, 1), "split_parts": 1}
+    )
+    monkeypatch.setenv("GENLAB_WEIGHT_FORM", "both")  # the user's form, the measured blocks
+    assert (mm.choose_form(torch.float32).form, mm.choose_form(torch.float32).parts) == ("both", 1)
     monkeypatch.setenv("GENLAB_WEIGHT_FORM", "fast")
     with pytest.raises(ValueError, match="GENLAB_WEIGHT_FORM='fast'.*packed, split or both"):
         mm.choose_form(torch.float32)

@@ -38,7 +38,14 @@ from genlab.models.masks import (
     sdpa_keep_mask,
     static_keep_mask,
 )
-from genlab.models.matmul import choose_form, head_logits, matmul, matrix_bytes, pack_weight
+from genlab.models.matmul import (
+    choose_form,
+    head_logits,
+    matmul,
+    matrix_bytes,
+    pack_weight,
+    split_parts,
+)
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {
@@ -236,8 +243,11 @@ class GPT2Decoder(BuiltinDecoder):
         if packed is None:  # measured once per process (see matmul.choose_form)
             choice = choose_form(*matrix_bytes(tensors, dtype))
             packed = choice.packed
-        # row blocks of the split form: given, else measured (choose_form), else one a thread
-        target = parts or (choice and choice.parts) or torch.get_num_threads()
+        # row blocks of the split form: given, else the count measured fastest here
+        target = parts or (choice and choice.parts)
+        if not target:
+            where = matrix_bytes(tensors, dtype)[:2]  # (dtype, device) of the matrices
+            target = torch.get_num_threads() if packed is True else split_parts(*where)
 
         def get(name: str) -> torch.Tensor:
             t = tensors.pop(name).detach()  # consumed: see build_decoder's consume

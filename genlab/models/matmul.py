@@ -149,6 +149,7 @@ PROBE_SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))
 PROBE_LAYERS = 4
 PROBE_ROWS = 16
 PROBE_REPEATS = 3
+MANY_ROWS_MARGIN = 0.75  # split serves several rows only when this much faster than packed
 BOTH_MEMORY_SHARE = 0.25  # keep both forms when the extra copy is at most this share of free memory
 
 
@@ -192,6 +193,14 @@ def measure_forms(dtype: torch.dtype = torch.float32, repeats: int = PROBE_REPEA
     ms = {"packed": ms["packed"], "split": ms[split], "split_parts": int(split[5:])}
     _MEASURED[key] = ms
     return ms
+
+
+def split_parts(dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> int:
+    """Row blocks for the split form here: the count :func:`measure_forms` found fastest
+    for one row (once per process), or one block per thread where it cannot measure."""
+    if can_pack(torch.empty(1, 1, dtype=dtype, device=device)):
+        return measure_forms(dtype)["split_parts"]
+    return torch.get_num_threads()
 
 
 def free_memory_bytes() -> int | None:
@@ -246,7 +255,9 @@ def choose_form(
             )
         if forced != "split" and not packable:
             return FormChoice("split", f"GENLAB_WEIGHT_FORM={forced} but oneDNN cannot pack here")
-        return FormChoice(forced, f"GENLAB_WEIGHT_FORM={forced}")
+        # the form is the user's; the split form's block count is still the one measured
+        parts = split_parts(dtype, device) if forced != "packed" else None
+        return FormChoice(forced, f"GENLAB_WEIGHT_FORM={forced}", {}, parts)
     if not packable:
         where = f"{dtype} on {torch.device(device).type}"
         return FormChoice("split", f"no oneDNN linear for {where}: split row blocks")
@@ -254,7 +265,11 @@ def choose_form(
     (p1, p16), (s1, s16) = ms["packed"], ms["split"]
     parts = ms.get("split_parts")
     one = "split" if s1 < p1 else "packed"
-    many = "split" if s16 < p16 else "packed"
+    # several rows: packed unless split is clearly faster. The probe may sit in a large
+    # cache: on an Intel Xeon it put split 1-6 % ahead from one process to the next, where
+    # on the model's weights packed ran 16 sampled rows 1.11-1.44x faster (228.6 against
+    # 205.4 and 158.9 tok/s); on an AMD EPYC packed led the probe by 1.6-1.9x
+    many = "split" if s16 < MANY_ROWS_MARGIN * p16 else "packed"
     blocks = f" in {parts} block{'s' if parts != 1 else ''}" if parts else ""
     timing = (
         f"1 row: packed {p1:.2f} ms, split{blocks} {s1:.2f} ms; {PROBE_ROWS} rows: packed "
