@@ -36,7 +36,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
@@ -132,6 +132,20 @@ def early_stop_check(
 # ----------------------------------------------------------------------------------------
 # the strategy
 # ----------------------------------------------------------------------------------------
+
+
+class _Moves(NamedTuple):
+    """Where one beam step's candidates went (for the trace): hits (B, K) stopped; keep (B, n)
+    the candidates that run on; best (B, n) the pool's new entries (of pool + candidates);
+    nodes (B, K) the candidates' node ids; parents (B, K) their parents' node ids."""
+
+    hits: torch.Tensor
+    keep: torch.Tensor
+    best: torch.Tensor
+    nodes: torch.Tensor
+    parents: torch.Tensor
+
+
 class BeamSearch(Strategy):
     """Beam search (``num_beams > 1``, ``do_sample=False``), exact to the reference.
 
@@ -324,54 +338,28 @@ class BeamSearch(Strategy):
 
         info = None
         if is_listening(ctx):
-            info = publish(
-                ctx,
-                self._trace_info(
-                    scores,
-                    rows,
-                    values,
-                    parents,
-                    tokens,
-                    normalized,
-                    hits,
-                    just_finished,
-                    keep,
-                    best,
-                    nodes,
-                    parent_nodes,
-                    best_possible,
-                    worst,
-                    generated,
-                ),
-            )
+            moves = _Moves(hits=hits, keep=keep, best=best, nodes=nodes, parents=parent_nodes)
+            bounds = (best_possible, worst, generated)
+            info = publish(ctx, self._trace_info(scores, values, parents, tokens, moves, bounds))
         return Selection(new_tokens.reshape(-1), (new_parents + offset).reshape(-1), info)
 
     def is_done(self, ctx) -> bool:
         return self.done
 
     # -- trace -------------------------------------------------------------------------------
-    def _trace_info(
-        self,
-        scores,
-        rows,
-        values,
-        parents,
-        tokens,
-        normalized,
-        hits,
-        just_finished,
-        keep,
-        best,
-        nodes,
-        parent_nodes,
-        best_possible,
-        worst,
-        generated,
-    ) -> BeamStep:
+    def _trace_info(self, scores, values, parents, tokens, moves: _Moves, bounds) -> BeamStep:
+        """The step as the trace reads it: scores (rows, vocab) the step chose from; values,
+        parents, tokens (B, K) the candidates :meth:`_advance` was given; moves where they
+        went; bounds (best possible score, worst pooled score, generated length)."""
         B, n = self.batch_size, self.num_beams
         k = values.shape[1]
         dev = values.device
         ks = torch.arange(k, device=dev)
+        hits, keep, best, nodes, parent_nodes = moves
+        best_possible, worst, generated = bounds
+        rows = parents + torch.arange(B, device=dev)[:, None] * n
+        normalized = values / (generated**self.config.length_penalty)
+        just_finished = hits & (ks < n)[None, :]
         # beam index each kept candidate got; pool slot each entering candidate got
         beam = torch.full((B, k), -1, dtype=torch.long, device=dev)
         beam.scatter_(1, keep, torch.arange(n, device=dev).expand(B, n))
