@@ -46,14 +46,13 @@ def lazy_exports(
     root = package.split(".")[0] + "."
     subpackages = tuple(subpackages)
     shown = sorted({*targets, *subpackages, *extra})
-    namespace = sys.modules[package].__dict__ if package in sys.modules else None
 
     def __getattr__(name: str):
         if name in targets:
             module, attribute = targets[name]
             path = module if module.startswith(root) else f"{package}.{module}"
             value = getattr(importlib.import_module(path), attribute)
-            (namespace if namespace is not None else sys.modules[package].__dict__)[name] = value
+            setattr(sys.modules[package], name, value)  # looked up once
             return value
         if name in subpackages:
             return importlib.import_module(f"{package}.{name}")

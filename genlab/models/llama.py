@@ -54,14 +54,7 @@ from genlab.models.masks import (
     sdpa_keep_mask,
     static_keep_mask,
 )
-from genlab.models.matmul import (
-    choose_form,
-    head_logits,
-    matmul,
-    matrix_bytes,
-    pack_weight,
-    split_parts,
-)
+from genlab.models.matmul import decoder_form, head_logits, matmul, pack_weight
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -502,20 +495,13 @@ class LlamaDecoder(BuiltinDecoder):
 
         packed: the matrices' form (see :func:`~genlab.models.matmul.pack_weight`): None
         packs them where oneDNN works (the default), False keeps row blocks; parts: row
-        blocks per matrix in that form (default: the count choose_form measured fastest, else
-        torch's thread count). Entries of
+        blocks per matrix in that form (default: the count measured fastest here, see
+        :func:`~genlab.models.matmul.decoder_form`). Entries of
         ``tensors`` are removed as they are used (the caller's dict is emptied).
         """
         threads.configure()  # thread defaults for shared machines (genlab/threads.py)
-        choice = None
-        if packed is None:  # measured once per process (see matmul.choose_form)
-            choice = choose_form(*matrix_bytes(tensors, dtype))
-            packed = choice.packed
-        # row blocks of the split form: given, else the count measured fastest here
-        target = parts or (choice and choice.parts)
-        if not target:
-            where = matrix_bytes(tensors, dtype)[:2]  # (dtype, device) of the matrices
-            target = torch.get_num_threads() if packed is True else split_parts(*where)
+        # the matrices' form and row blocks: as given, else measured (matmul.decoder_form)
+        choice, packed, target = decoder_form(tensors, dtype, packed, parts)
 
         def get(name: str) -> torch.Tensor:
             t = tensors.pop(name).detach()  # consumed: see build_decoder's consume

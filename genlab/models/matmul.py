@@ -299,6 +299,28 @@ def choose_form(
     )
 
 
+def decoder_form(
+    tensors: dict[str, torch.Tensor],
+    dtype: torch.dtype | None,
+    packed: bool | str | None,
+    parts: int | None,
+) -> tuple[FormChoice | None, bool | str, int]:
+    """(choice, packed, parts) for a decoder about to be built from ``tensors`` (converted
+    to ``dtype``): ``packed`` None is measured (:func:`choose_form`, whose choice is
+    returned; else None); ``parts`` None is the split form's block count measured fastest
+    here (:func:`split_parts`), or one a thread for packed matrices."""
+    dtype, device, size = matrix_bytes(tensors, dtype)
+    choice = None
+    if packed is None:  # measured once per process
+        choice = choose_form(dtype, device, size)
+        packed = choice.packed
+    if not parts:
+        parts = (choice and choice.parts) or (
+            torch.get_num_threads() if packed is True else split_parts(dtype, device)
+        )
+    return choice, packed, parts
+
+
 def matrix_bytes(
     tensors: dict[str, torch.Tensor], dtype: torch.dtype | None
 ) -> tuple[torch.dtype, torch.device, int]:

@@ -135,11 +135,16 @@ def early_stop_check(
 
 
 class _Moves(NamedTuple):
-    """Where one beam step's candidates went (for the trace): hits (B, K) stopped; keep (B, n)
-    the candidates that run on; best (B, n) the pool's new entries (of pool + candidates);
-    nodes (B, K) the candidates' node ids; parents (B, K) their parents' node ids."""
+    """Where one beam step's candidates went, as :meth:`BeamSearch._advance` computed it (for
+    the trace): rows (B, K) their running rows; normalized (B, K) their length-normalised
+    scores; hits (B, K) stopped; just_finished (B, K) stopped among the first num_beams;
+    keep (B, n) the candidates that run on; best (B, n) the pool's new entries (of pool +
+    candidates); nodes (B, K) the candidates' node ids; parents (B, K) their parents'."""
 
+    rows: torch.Tensor
+    normalized: torch.Tensor
     hits: torch.Tensor
+    just_finished: torch.Tensor
     keep: torch.Tensor
     best: torch.Tensor
     nodes: torch.Tensor
@@ -338,7 +343,7 @@ class BeamSearch(Strategy):
 
         info = None
         if is_listening(ctx):
-            moves = _Moves(hits=hits, keep=keep, best=best, nodes=nodes, parents=parent_nodes)
+            moves = _Moves(rows, normalized, hits, just_finished, keep, best, nodes, parent_nodes)
             bounds = (best_possible, worst, generated)
             info = publish(ctx, self._trace_info(scores, values, parents, tokens, moves, bounds))
         return Selection(new_tokens.reshape(-1), (new_parents + offset).reshape(-1), info)
@@ -355,11 +360,8 @@ class BeamSearch(Strategy):
         k = values.shape[1]
         dev = values.device
         ks = torch.arange(k, device=dev)
-        hits, keep, best, nodes, parent_nodes = moves
+        rows, normalized, hits, just_finished, keep, best, nodes, parent_nodes = moves
         best_possible, worst, generated = bounds
-        rows = parents + torch.arange(B, device=dev)[:, None] * n
-        normalized = values / (generated**self.config.length_penalty)
-        just_finished = hits & (ks < n)[None, :]
         # beam index each kept candidate got; pool slot each entering candidate got
         beam = torch.full((B, k), -1, dtype=torch.long, device=dev)
         beam.scatter_(1, keep, torch.arange(n, device=dev).expand(B, n))
