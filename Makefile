@@ -1,4 +1,4 @@
-# genlab: the two set-up commands are `make demo` and `make test` (see README.md).
+# genlab: the three set-up commands are `make demo`, `make lab` and `make test` (README.md).
 # `make help` lists every target.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -13,6 +13,7 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 # the first lesson, opened by `make lab`
 LESSON ?= notebooks/01_quickstart.ipynb
+LAB_URL_ARGS = --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/$(LESSON)
 LINTED := genlab tests benchmarks scripts
 
 export TOKENIZERS_PARALLELISM := false
@@ -60,8 +61,10 @@ $(VENV)/.genlab-lab-installed: pyproject.toml $(VENV)/.genlab-installed
 	touch $@
 
 ## lab: (command 2) JupyterLab in the same venv, opened on the first lesson (LAB_ARGS=--no-browser ...)
+#  The lesson is JupyterLab's default page (LabApp.default_url), served from the checkout's
+#  root: the browser opens it, and with --no-browser the URL printed is the lesson's own.
 lab: $(VENV)/.genlab-lab-installed
-	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) $(LESSON)
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_URL_ARGS) $(LAB_ARGS)
 
 $(VENV)/.genlab-app-installed: pyproject.toml $(VENV)/.genlab-installed
 	$(PIP) install -e '.[app]'
@@ -121,7 +124,7 @@ wheel: $(VENV)/.genlab-test-installed
 	$(PY) -m build --sdist --wheel --outdir dist . > /dev/null
 	$(PY) scripts/check_wheel.py dist
 
-## wheel-check: wheel + a fresh venv with runtime deps only: demo, tests, notebooks 01 and 08
+## wheel-check: wheel + a fresh venv with runtime deps only: demo, tests, notebooks 01 and 12
 wheel-check: $(VENV)/.genlab-test-installed
 	PYTHON=$(abspath $(PY)) TORCH="$(TORCH)" bash scripts/fresh_venv_check.sh
 

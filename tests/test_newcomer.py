@@ -93,3 +93,97 @@ def test_known_wrong_examples_stay_right(line):
     from genlab.widgets import render
 
     assert "'#006837'" in render.__doc__ and render.prob_colour(1.0) == "#006837", line
+
+
+# ---- the first hour: make lab's URL and the set-up texts (issue 33, section 6) -------------
+
+LESSON_PATH = "/lab/tree/notebooks/01_quickstart.ipynb"
+
+
+def _make_lab_command() -> list[str]:
+    """The command `make lab LAB_ARGS=--no-browser` runs (read with make -n: nothing runs)."""
+    import shlex
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.fail("make is needed: the README's set-up commands are make targets")
+    out = subprocess.run(
+        ["make", "-n", "--no-print-directory", "lab", "LAB_ARGS=--no-browser"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    lines = [ln for ln in out.splitlines() if "/bin/jupyter lab" in ln]
+    assert len(lines) == 1, out
+    return shlex.split(lines[0])
+
+
+def test_make_lab_prints_the_lessons_own_url(tmp_path):
+    """With --no-browser, JupyterLab prints a URL: it must open the first lesson, not a
+    Launcher. The server is started for real (on a free port) and its log is read."""
+    import os
+    import subprocess
+    import time
+    import urllib.parse
+
+    pytest.importorskip("jupyterlab")  # not in make wheel-check's runtime-only venv
+    cmd = _make_lab_command()
+    assert "--no-browser" in cmd
+    files = [a for a in cmd if a.endswith(".ipynb") and not a.startswith("-")]
+    assert not files, f"a file argument {files} makes its folder the server's root"
+    cmd = [sys.executable, "-m", "jupyter", *cmd[1:], "--ServerApp.port=0"]
+    env = dict(os.environ)
+    for var, sub in [("JUPYTER_CONFIG_DIR", "cfg"), ("JUPYTER_DATA_DIR", "data"),
+                     ("JUPYTER_RUNTIME_DIR", "rt"), ("IPYTHONDIR", "ipy")]:  # fmt: skip
+        env[var] = str(tmp_path / sub)
+    log = tmp_path / "lab.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    try:
+        url = None
+        deadline = time.monotonic() + 90
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            found = re.findall(r"http://(?:localhost|127\.0\.0\.1):\d+/\S*", log.read_text())
+            url = found[0] if found else None
+        assert url is not None, log.read_text()[-3000:]
+        parts = urllib.parse.urlsplit(url)
+        assert parts.path == LESSON_PATH, url
+        assert "token=" in parts.query, url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_set_up_texts_name_the_lessons_and_commands_that_exist():
+    make = (ROOT / "Makefile").read_text(encoding="utf-8")
+    fresh = (ROOT / "scripts" / "fresh_venv_check.sh").read_text(encoding="utf-8")
+    binder = (ROOT / "docs" / "binder.md").read_text(encoding="utf-8")
+    # the README has three set-up commands; the Makefile's header says so
+    header = make.splitlines()[0]
+    assert "three set-up commands" in header
+    assert all(f"make {t}" in header for t in ("demo", "lab", "test")), header
+    # the notebooks make help and the fresh-venv check name are the ones the script runs
+    ran = re.search(r"NB=\$\(ls (.*)\)", fresh).group(1).split()
+    numbers = sorted(re.match(r"notebooks/(\d+)_", nb).group(1) for nb in ran)
+    named = f"notebooks {numbers[0]} and {numbers[1]}"
+    wheel_help = next(ln for ln in make.splitlines() if ln.startswith("## wheel-check:"))
+    assert named in wheel_help, wheel_help
+    assert re.findall(r"notebooks \d+ and \d+", fresh) == [named, named]
+    for nb in ran:
+        assert list(ROOT.glob(nb)), f"{nb} does not exist"
+    # every lesson docs/binder.md names exists
+    for name in re.findall(r"`(\d\d[a-z]?_\w+?)(?:\.ipynb)?`", binder):
+        assert (ROOT / "notebooks" / f"{name}.ipynb").exists(), f"docs/binder.md names {name}"
+
+
+def test_the_test_extra_lists_each_package_once():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    for name, deps in extras["project"]["optional-dependencies"].items():
+        names = [re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower() for d in deps]
+        assert len(names) == len(set(names)), f"[{name}] lists {names}"
