@@ -131,6 +131,7 @@ def make_plan(config, given: Given, seen: dict | None = None) -> Plan:
         device=given.device,
         vocab_size=given.info.vocab_size,
         is_beam_sampling=mode == "beam_sample",
+        tokenizer=given.tokenizer,
     )
     criteria = build_stopping_criteria(
         cfg,

@@ -226,3 +226,140 @@ def test_breakers_that_tokenize_to_nothing_are_refused(demo_tokenizer):
         dry_breakers(demo_tokenizer, [""])
     with pytest.raises(ValueError, match="`dry_sequence_breakers`"):
         dry_breakers(demo_tokenizer, [3])
+
+
+# ------------------------------------------------------------- config fields and order
+
+
+def _built(**fields):
+    from genlab.config import GenerationConfig
+    from genlab.processors import build_processors
+
+    cfg = GenerationConfig(**fields)
+    return build_processors(cfg, input_ids_seq_length=2).stage_names()
+
+
+def test_sampler_fields_are_off_by_default_and_leave_the_reference_config_alone():
+    from genlab.config import GenerationConfig
+    from genlab.config.sampler_fields import SAMPLER_FIELDS
+
+    assert not set(SAMPLER_FIELDS) & set(vars(GenerationConfig()))
+    assert _built(do_sample=True, top_k=0) == []
+    assert _built(do_sample=True) == ["top_k"]  # the reference's default, unchanged
+
+
+def test_samplers_take_their_default_places():
+    names = _built(
+        do_sample=True,
+        temperature=0.7,
+        top_p=0.9,
+        top_n_sigma=1.0,
+        dynatemp_low=0.5,
+        smoothing_factor=0.3,
+        xtc_probability=0.5,
+        mirostat_mode=2,
+        repetition_penalty=1.2,
+        dry_multiplier=0.8,
+        dry_sequence_breakers=None,
+    )
+    assert names == [
+        "repetition_penalty",
+        "dry",
+        "top_n_sigma",
+        "temperature",
+        "dynatemp",
+        "smoothing",
+        "top_k",
+        "top_p",
+        "xtc",
+        "mirostat_v2",
+    ]
+
+
+def test_sampler_order_runs_them_in_the_order_given():
+    order = ["xtc", "dry", "top_k", "temperature", "mirostat"]
+    names = _built(
+        do_sample=True,
+        temperature=0.7,
+        xtc_probability=0.5,
+        mirostat_mode=1,
+        dry_multiplier=0.8,
+        dry_sequence_breakers=None,
+        sampler_order=order,
+    )
+    assert names == ["xtc", "dry", "top_k", "temperature", "mirostat"]
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        (dict(sampler_order=["top_k", "bogus"]), "`sampler_order`.*'bogus' is not one of them"),
+        (dict(sampler_order=["top_k", "top_k"]), "`sampler_order`.*Twice"),
+        (dict(xtc_probability=1.5), "`xtc_probability`"),
+        (dict(mirostat_tau=0.0), "`mirostat_tau`"),
+        (dict(mirostat_mode=3), "`mirostat_mode`"),
+        (dict(dynatemp_low=1.0, dynatemp_high=0.5), "`dynatemp_high`"),
+        (dict(dry_sequence_breakers=[""]), "`dry_sequence_breakers`"),
+    ],
+)
+def test_bad_sampler_fields_name_the_field(fields, match):
+    from genlab.config import GenerationConfig
+
+    with pytest.raises(ValueError, match=match):
+        GenerationConfig(**fields)
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        (dict(mirostat_mode=2, sampler_order=["mirostat", "top_k"]), "must run last"),
+        (dict(xtc_probability=0.5, sampler_order=["top_k"]), "leaves out \\['xtc'\\]"),
+    ],
+)
+def test_an_order_that_cannot_work_is_refused(fields, match):
+    with pytest.raises(ValueError, match=match):
+        _built(do_sample=True, **fields)
+
+
+# ------------------------------------------------------------------- in a run (demo)
+
+
+def test_mirostat_state_follows_rewind_and_fork(demo):
+    run = demo.start(
+        "Once upon a time",
+        max_new_tokens=10,
+        do_sample=True,
+        seed=3,
+        mirostat_mode=2,
+        mirostat_tau=3.0,
+        top_k=0,
+    )
+    run.run()
+    text = run.text
+    (miro,) = run.processors
+    mus = [s.mu for s in miro.history(run.sequences[0], start=run.given.prompt_length)]
+    assert len(mus) == 10 and mus[0] == pytest.approx(6.0) and len(set(mus)) > 5
+    run.rewind(5)
+    run.run()
+    assert run.text == text
+    fork = run.fork()
+    fork.rewind(4)
+    fork.run()
+    assert fork.text == text
+    (fork_miro,) = fork.processors
+    assert fork_miro is not miro
+
+
+def test_xtc_draws_from_the_runs_seed(demo):
+    def text(seed):
+        run = demo.start(
+            "Once upon a time", max_new_tokens=8, do_sample=True, seed=seed, xtc_probability=0.5
+        )
+        run.run()
+        first = run.text
+        run.rewind(5)
+        run.run()
+        assert run.text == first  # the rewind draws the same numbers again
+        return first
+
+    assert text(11) == text(11)

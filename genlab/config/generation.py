@@ -37,6 +37,7 @@ from .fields import (
     normalize_sequence_bias,
 )
 from .files import GENERATION_CONFIG_NAME, read_json_dict, resolve_config_file
+from .sampler_fields import SAMPLER_FIELDS, check_sampler_fields
 from .small import check_compile_config, check_watermarking, coerce_compile, coerce_watermarking
 
 # The transformers release whose GenerationConfig this module mirrors; written into
@@ -326,6 +327,8 @@ class GenerationConfig:
                     )
                 continue
             check_spec_value(spec, value, check_range=check_range, checks=_CHECKS)
+        # the samplers beyond the reference: only those set are attributes
+        check_sampler_fields(self)
 
         # 2. combinations
         self._check_combinations(minor)
@@ -472,7 +475,7 @@ class GenerationConfig:
             >>> GenerationConfig().update(max_new_tokens=5, not_a_field=1)
             {'not_a_field': 1}
         """
-        used = [key for key in kwargs if key in self.__dict__]
+        used = [key for key in kwargs if key in self.__dict__ or key in SAMPLER_FIELDS]
         for key in used:
             setattr(self, key, kwargs[key])
         self.validate()

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..config.sampler_fields import SAMPLER_NAMES, sampler_setting
 from ..ids import eos_token_ids
 from .base import LogitsProcessorList
 from .bias import NoBadWordsLogitsProcessor, SequenceBiasLogitsProcessor
@@ -37,6 +38,16 @@ from .penalties import (
     HammingDiversityLogitsProcessor,
     NoRepeatNGramLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
+)
+from .samplers import (
+    DRYLogitsProcessor,
+    DynamicTemperatureLogitsWarper,
+    MirostatLogitsWarper,
+    MirostatV2LogitsWarper,
+    QuadraticSmoothingLogitsWarper,
+    TopNSigmaLogitsWarper,
+    XTCLogitsWarper,
+    dry_breakers,
 )
 from .warpers import (
     EpsilonLogitsWarper,
@@ -76,6 +87,7 @@ def build_processors(
     device: Any = None,
     vocab_size: int | None = None,
     is_beam_sampling: bool = False,
+    tokenizer: Any = None,
 ) -> LogitsProcessorList:
     """The processors ``config`` asks for, in the reference's order, merged with the user's.
 
@@ -86,7 +98,12 @@ def build_processors(
     penalties. ``model`` (genlab protocol) is needed only for guidance (``guidance_scale !=
     1``); ``vocab_size`` (else ``model.info.vocab_size``) only for watermarking.
     ``is_beam_sampling`` forces the beam rule for ``min_tokens_to_keep`` (number of EOS ids
-    + 1) even if ``config.num_beams`` is 1.
+    + 1) even if ``config.num_beams`` is 1. ``tokenizer`` turns DRY's sequence breakers
+    (text) into tokens; it is needed only when ``dry_multiplier`` > 0.
+
+    The samplers beyond the reference (:mod:`genlab.processors.samplers`, off by default)
+    go in too: DRY after the built-in processors, the others among the warpers, in the
+    order of ``sampler_order`` when it is set (see :func:`order_warpers`).
 
     A user processor of the same class as a built-in one (genlab's, or transformers' class
     of the same name) replaces it in place, with a warning; the others go after the
@@ -112,12 +129,21 @@ def build_processors(
             device=device,
         )
     )
+    sampling = bool(_field(config, "do_sample"))
+    order = sampler_setting(config, "sampler_order")
+    dry = _dry(config, tokenizer)
+    if dry is not None and not (sampling and order is not None and "dry" in order):
+        processors.append(dry)  # a penalty: after the built-in ones, sampling or not
+        dry = None
     processors = merge_user_processors(processors, list(logits_processor or []))
-    if _field(config, "do_sample"):
+    if sampling:
         beams = is_beam_sampling or (_field(config, "num_beams") or 1) > 1
         # beam sampling keeps one non-EOS token beyond the EOS ids, to explore continuations
         keep = ((len(eos) if eos is not None else 1) + 1) if beams else 1
-        processors.extend(_warpers(config, min_tokens_to_keep=keep, device=device))
+        chosen = _warpers(config, min_tokens_to_keep=keep, device=device)
+        if dry is not None:
+            chosen["dry"] = dry
+        processors.extend(order_warpers(chosen, order))
     watermarking = _field(config, "watermarking_config")
     if watermarking is not None:
         processors.append(
@@ -235,26 +261,116 @@ def _warn_no_prompt(name: str) -> None:
     )
 
 
-def _warpers(config: Any, *, min_tokens_to_keep: int, device: Any) -> list[Any]:
-    """Steps 18-24: the sampling-only filters."""
+def _warpers(config: Any, *, min_tokens_to_keep: int, device: Any) -> dict[str, Any]:
+    """Steps 18-24, the sampling-only filters, and the samplers that only run when sampling:
+    ``{name in SAMPLER_NAMES: processor}`` for those that are on."""
     f = lambda name: _field(config, name)  # noqa: E731
+    s = lambda name: sampler_setting(config, name)  # noqa: E731
     keep = min_tokens_to_keep
-    out: list[Any] = []
+    out: dict[str, Any] = {}
+    if s("top_n_sigma") is not None:
+        out["top_n_sigma"] = TopNSigmaLogitsWarper(s("top_n_sigma"))
     if f("temperature") is not None and f("temperature") != 1.0:
-        out.append(TemperatureLogitsWarper(f("temperature")))
+        out["temperature"] = TemperatureLogitsWarper(f("temperature"))
+    if s("dynatemp_low") is not None:
+        out["dynatemp"] = DynamicTemperatureLogitsWarper(
+            s("dynatemp_low"), s("dynatemp_high"), s("dynatemp_exponent")
+        )
+    if s("smoothing_factor") > 0:
+        out["smoothing"] = QuadraticSmoothingLogitsWarper(
+            s("smoothing_factor"), s("smoothing_curve")
+        )
     if f("top_k") is not None and f("top_k") != 0:
-        out.append(TopKLogitsWarper(top_k=f("top_k"), min_tokens_to_keep=keep))
+        out["top_k"] = TopKLogitsWarper(top_k=f("top_k"), min_tokens_to_keep=keep)
     if f("top_p") is not None and f("top_p") < 1.0:
-        out.append(TopPLogitsWarper(top_p=f("top_p"), min_tokens_to_keep=keep))
+        out["top_p"] = TopPLogitsWarper(top_p=f("top_p"), min_tokens_to_keep=keep)
     if f("min_p") is not None:
-        out.append(MinPLogitsWarper(min_p=f("min_p"), min_tokens_to_keep=keep))
+        out["min_p"] = MinPLogitsWarper(min_p=f("min_p"), min_tokens_to_keep=keep)
     if f("typical_p") is not None and f("typical_p") < 1.0:
-        out.append(TypicalLogitsWarper(mass=f("typical_p"), min_tokens_to_keep=keep))
+        out["typical_p"] = TypicalLogitsWarper(mass=f("typical_p"), min_tokens_to_keep=keep)
     if f("epsilon_cutoff") is not None and 0.0 < f("epsilon_cutoff") < 1.0:
-        out.append(EpsilonLogitsWarper(epsilon=f("epsilon_cutoff"), min_tokens_to_keep=keep))
+        out["epsilon_cutoff"] = EpsilonLogitsWarper(
+            epsilon=f("epsilon_cutoff"), min_tokens_to_keep=keep
+        )
     if f("eta_cutoff") is not None and 0.0 < f("eta_cutoff") < 1.0:
-        out.append(EtaLogitsWarper(epsilon=f("eta_cutoff"), min_tokens_to_keep=keep, device=device))
+        out["eta_cutoff"] = EtaLogitsWarper(
+            epsilon=f("eta_cutoff"), min_tokens_to_keep=keep, device=device
+        )
+    if s("xtc_probability") > 0:
+        out["xtc"] = XTCLogitsWarper(
+            s("xtc_threshold"), s("xtc_probability"), min_tokens_to_keep=keep
+        )
+    mode = s("mirostat_mode")
+    if mode:
+        cls = MirostatLogitsWarper if mode == 1 else MirostatV2LogitsWarper
+        out["mirostat"] = cls(s("mirostat_tau"), s("mirostat_eta"))
     return out
+
+
+def order_warpers(chosen: dict[str, Any], order: list[str] | None) -> list[Any]:
+    """The warpers and samplers that are on, in ``order`` (``sampler_order``; None: the
+    default, the reference's order with the samplers placed as text-generation-webui
+    places them). Refused, naming why: a sampler that is on but missing from the order,
+    and mirostat before another sampler (it chooses the token's pool itself, so whatever
+    ran after it would change a distribution it already measured its surprise on).
+
+    >>> from genlab.processors import TopKLogitsWarper, TemperatureLogitsWarper
+    >>> chosen = {"top_k": TopKLogitsWarper(5), "temperature": TemperatureLogitsWarper(0.7)}
+    >>> [p.stage_name for p in order_warpers(chosen, ["top_k", "temperature"])]
+    ['top_k', 'temperature']
+    """
+    names = list(SAMPLER_NAMES if order is None else order)
+    missing = [name for name in chosen if name not in names]
+    if missing:
+        raise ValueError(
+            f"`sampler_order` {list(order or [])} leaves out {missing}, which the config turns "
+            f"on: add {missing[0]!r} to sampler_order, or turn it off"
+        )
+    ordered = [name for name in names if name in chosen]
+    if "mirostat" in ordered and ordered[-1] != "mirostat":
+        after = ordered[ordered.index("mirostat") + 1 :]
+        raise ValueError(
+            f"`sampler_order` places mirostat before {after}: mirostat picks the pool the "
+            "token is drawn from and measures the chosen token's surprise there, so it must "
+            "run last; move 'mirostat' to the end of sampler_order"
+        )
+    return [chosen[name] for name in ordered]
+
+
+def _dry(config: Any, tokenizer: Any) -> DRYLogitsProcessor | None:
+    s = lambda name: sampler_setting(config, name)  # noqa: E731
+    if not s("dry_multiplier"):
+        return None
+    breakers = s("dry_sequence_breakers")
+    if breakers:
+        if tokenizer is None:
+            raise ValueError(
+                "`dry_sequence_breakers` are text and no tokenizer was given to turn them into "
+                "tokens: load the model with its tokenizer, or set dry_sequence_breakers=[]"
+            )
+        breakers = _breaker_table(
+            tokenizer, tuple([breakers] if isinstance(breakers, str) else breakers)
+        )
+    return DRYLogitsProcessor(
+        s("dry_multiplier"),
+        s("dry_base"),
+        s("dry_allowed_length"),
+        breakers or None,
+        s("dry_penalty_last_n"),
+    )
+
+
+_BREAKERS: dict[tuple[int, tuple[str, ...]], tuple[Any, dict]] = {}
+
+
+def _breaker_table(tokenizer: Any, strings: tuple[str, ...]) -> dict:
+    # reading the whole vocabulary takes a while: once per tokenizer and breakers
+    key = (id(tokenizer), strings)
+    if key not in _BREAKERS:
+        if len(_BREAKERS) > 16:
+            _BREAKERS.clear()
+        _BREAKERS[key] = (tokenizer, dry_breakers(tokenizer, list(strings)))
+    return _BREAKERS[key][1]
 
 
 def _watermark(watermarking_config: Any, *, vocab_size, model, device) -> Any:

@@ -29,6 +29,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..processors.samplers import drawing_from
+
 
 @dataclass
 class Selection:
@@ -83,7 +85,8 @@ class Strategy:
     def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
         """The scores to choose from: raw ``logits`` (rows, vocab) through the logits
         processors (``ctx.process``)."""
-        return ctx.process(ctx.sequences, logits)
+        with drawing_from(ctx.random):  # XTC's draws come from the run's generator
+            return ctx.process(ctx.sequences, logits)
 
     def select(self, ctx, scores: torch.Tensor) -> Selection:
         """Choose the next token of every row from ``scores`` (rows, vocab)."""
