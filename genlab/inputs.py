@@ -169,7 +169,7 @@ class Given:
     has_default_min_length: bool = True
     seed: int | None = None
     keep_history: bool = False
-    prefix_cache: Any = None  # a PrefixCache the prompt's keys and values come from / go to
+    forward_cache: Any = None  # a ForwardCache: forward passes served from and kept in it
     warnings: tuple[str, ...] = ()
     attention_mask: torch.LongTensor | None = None  # (batch, length) the prompt's mask
     beam_streamer: Any = None  # a BeamStreamer: attached at the start, reads the beams
@@ -208,6 +208,7 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, *, in
         from .encdec import check_decoder_only_inputs
 
         check_decoder_only_inputs(unused, info.architecture or info.name)
+    take_unset_model_inputs(unused)
     if unused:
         raise ValueError(
             f"unknown generate() arguments: {', '.join(sorted(unused))}. They are neither "
@@ -288,6 +289,23 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, *, in
         attention_mask=mask,
         **parts,
     )
+
+
+def take_unset_model_inputs(unused: dict) -> None:
+    """Drop the model inputs a transformers user passes as None (``past_key_values=None``,
+    ``inputs_embeds=None``: the reference ignores them too); a cache passed in is refused,
+    since a run builds and keeps its own."""
+    for name in ("past_key_values", "inputs_embeds"):
+        if name in unused and unused[name] is None:
+            del unused[name]
+    if "past_key_values" in unused:
+        raise ValueError(
+            f"past_key_values: got a {type(unused['past_key_values']).__name__}, but a genlab "
+            "run builds and keeps its own cache, so a cache from another call cannot be passed "
+            "in. Leave past_key_values out (or None); to continue a generation, keep its run "
+            "(run = lm.start(...) or genlab.start(...)) and call run.set(max_new_tokens=...) "
+            "or run.step()"
+        )
 
 
 def infer_attention_mask(ids: torch.LongTensor, pad: int | None, eos: list[int]):

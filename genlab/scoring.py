@@ -184,12 +184,22 @@ def score(
         )
     if not isinstance(alternatives, int) or alternatives < 0:
         raise ValueError(f"alternatives={alternatives!r} must be a non-negative integer")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            f"batch_size={batch_size!r}: give how many texts to score per forward pass, an "
+            "integer >= 1 (default 16)"
+        )
     seqs, starts = _encode_texts(lm, text, context, chat, system)
     for i, (s, st) in enumerate(zip(seqs, starts, strict=True)):
         if len(s) <= st:
+            if context is None:
+                raise ValueError(
+                    f"text: row {i} has {len(s)} token(s): nothing to score (the first token "
+                    "of a text has no prediction): give a longer text, or a context= it follows"
+                )
             raise ValueError(
-                f"text: row {i} has {len(s)} token(s) after its context: nothing to score "
-                "(the first token of a text has no prediction)"
+                f"text: row {i} has no tokens after its context ({st} token(s)): nothing to "
+                "score: give a non-empty text"
             )
     processors = None
     if generation_config is not None or config:
@@ -200,7 +210,7 @@ def score(
     rows, summary, kept = [], [], []
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     results: dict[int, tuple] = {}
-    for b in range(0, len(order), max(1, batch_size)):
+    for b in range(0, len(order), batch_size):
         chunk = order[b : b + batch_size]
         width = max(len(seqs[i]) for i in chunk)
         # right padding: under causal attention a token never sees what follows it

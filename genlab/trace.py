@@ -654,6 +654,32 @@ class Trace:
         return f"Trace({len(self.records)} steps, stages={self.stages()})"
 
 
+def trace_of(source: Any, needed_by: str) -> Trace:
+    """The :class:`Trace` in ``source``: a Trace, what ``lm.generate(..., trace=True)``
+    returns (its ``.trace``), or a run started with ``trace=True`` (its tracer's trace).
+
+    needed_by: the caller's name, for the error. A result or run recorded without a trace,
+    or any other object, is a ValueError that says to pass ``trace=True``.
+    """
+    if isinstance(source, Trace):
+        return source
+    trace = getattr(source, "trace", None)  # a GenerationResult
+    if trace is None:  # a Run: its tracer, when one is attached
+        trace = getattr(getattr(source, "tracer", None), "trace", None)
+    if isinstance(trace, Trace):
+        return trace
+    recorded = hasattr(source, "trace") or hasattr(source, "tracer")
+    raise ValueError(
+        f"{needed_by} draws a recorded trace, "
+        + (
+            f"and this {type(source).__name__} was generated without one"
+            if recorded
+            else f"got {type(source).__name__}"
+        )
+        + ": pass res = lm.generate(..., trace=True) (or its res.trace)"
+    )
+
+
 # ----------------------------------------------------------------------------------------
 # the step data of assisted decoding, contrastive search and DoLa as tables
 # ----------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ CASES = [
     ({"do_sample": True, "temperature": 0.0}, "temperature"),
     ({"do_sample": True, "temperature": -1.0}, "temperature"),
     ({"do_sample": True, "top_p": 1.5}, "top_p"),
-    ({"do_sample": True, "top_p": 0.0}, "top_p"),
+    ({"do_sample": True, "top_p": -0.1}, "top_p"),  # 0.0 is allowed, as in the reference
     ({"do_sample": True, "top_k": -1}, "top_k"),
     ({"num_beams": 0}, "num_beams"),
     ({"max_new_tokens": 0}, "max_new_tokens"),

@@ -676,8 +676,9 @@ def test_unbatched_cfg_from_build_and_scale_one(hf_llama):
     scores = make_scores("randn", rows=1, vocab=96)
     with torch.no_grad():
         assert_identical(ours(prompt, scores.clone()), ref(prompt, scores.clone()))
-    with pytest.raises(ValueError, match="must be a genlab model, .*or a callable.* got str"):
-        gp.UnbatchedClassifierFreeGuidanceLogitsProcessor(2.0, "gpt2")
+    named = gp.UnbatchedClassifierFreeGuidanceLogitsProcessor(2.0, "gpt2")  # as the reference
+    with pytest.raises(ValueError, match="`model` is a str: pass a genlab or transformers model"):
+        named(prompt, scores)
     plain = gp.UnbatchedClassifierFreeGuidanceLogitsProcessor(1, HFModel(hf_llama))
     assert_identical(plain(prompt, scores), torch.log_softmax(scores, dim=-1))
 

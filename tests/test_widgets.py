@@ -197,7 +197,7 @@ def test_control_types_follow_the_field_kinds():
     c = ConfigPanel().controls
     top_p = c["top_p"].input
     assert isinstance(top_p, widgets.FloatSlider)
-    # (0, 1]: 0 is on the slider, so that choosing it says why it is refused
+    # [0, 1], as the reference takes it (0 keeps only the top token)
     assert (top_p.min, top_p.max) == (0.0, 1.0)
     assert isinstance(c["temperature"].input, widgets.FloatSlider)
     assert c["temperature"].input.min == 0
@@ -736,14 +736,15 @@ def test_optional_number_checkbox_enables_its_slider():
         assert control.input.disabled and getattr(panel.config, name) is None
 
 
-@pytest.mark.parametrize("name,value", [("top_p", 0.0), ("temperature", 0.0)])
-def test_zero_top_p_and_temperature_are_refused_with_the_reason(name, value):
+def test_zero_temperature_is_refused_with_the_reason_and_zero_top_p_taken():
     panel = ConfigPanel(GenerationConfig(do_sample=True, max_new_tokens=8))
-    before = getattr(panel.config, name)
-    panel.controls[name].input.value = value  # what dragging the slider to 0 does
-    assert getattr(panel.config, name) == before  # not silently changed to 0.01
-    assert f"`{name}`" in panel.errors[name] and "0.0" in panel.errors[name]
-    assert "genlab-error" in panel.controls[name].status.value
+    before = panel.config.temperature
+    panel.controls["temperature"].input.value = 0.0  # what dragging the slider to 0 does
+    assert panel.config.temperature == before  # not silently changed to 0.05
+    assert "`temperature`" in panel.errors["temperature"] and "0.0" in panel.errors["temperature"]
+    assert "genlab-error" in panel.controls["temperature"].status.value
+    panel.controls["top_p"].input.value = 0.0  # the reference samples the top token
+    assert panel.config.top_p == 0.0 and "top_p" not in panel.errors
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ Example::
     >>> cfg
     GenerationConfig(max_new_tokens=16, do_sample=True, top_p=0.9)
     >>> FIELDS["top_p"].range_text()
-    '(0, 1]'
+    '[0, 1]'
 """
 
 from __future__ import annotations

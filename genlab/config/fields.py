@@ -8,7 +8,7 @@ the range a slider offers is the range validation enforces, and a value the conf
 accepts is one the processor accepts.
 
 >>> FIELDS["top_p"].range_text()
-'(0, 1]'
+'[0, 1]'
 >>> check_spec_value(WATERMARK_FIELDS["greenlist_ratio"], 1.0)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
@@ -213,8 +213,8 @@ _SPECS: list[FieldSpec] = [
        help="Divide the logits by this before sampling: < 1 sharpens, > 1 flattens."),
     _f("top_k", "logits", "int", 50, min=0, step=1, nullable=True,
        help="Sample only among the k most likely tokens; 0 turns it off."),
-    _f("top_p", "logits", "float", 1.0, min=0, max=1, min_exclusive=True, step=0.01,
-       nullable=True, help="Keep the fewest top tokens whose probabilities add up to top_p."),
+    _f("top_p", "logits", "float", 1.0, min=0, max=1, step=0.01, nullable=True,
+       help="Keep the fewest top tokens whose probabilities add up to top_p."),
     _f("min_p", "logits", "float", None, min=0, max=1, step=0.01, nullable=True,
        help="Drop tokens less likely than min_p times the top token's probability."),
     _f("typical_p", "logits", "float", 1.0, min=0, max=1, min_exclusive=True, step=0.01,

@@ -21,6 +21,7 @@ Example (not run as a test: the first line needs the Hugging Face Hub, the secon
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from dataclasses import dataclass
@@ -102,6 +103,15 @@ def read_config(folder: Path) -> dict:
     """config.json as a dict; ValueError naming the folder when it is missing or broken."""
     path = folder / CONFIG_FILE
     if not path.is_file():
+        check_not_a_broken_link(path)
+        ggufs = sorted(folder.glob("*.gguf"))
+        if ggufs:
+            raise ValueError(
+                f"{str(folder)!r} has no {CONFIG_FILE} but holds the GGUF file "
+                f"{ggufs[0].name!r}: a GGUF file loads by its own path, "
+                f"genlab.load({str(ggufs[0])!r})"
+                + (f" (the folder has {len(ggufs)} .gguf files)" if len(ggufs) > 1 else "")
+            )
         raise ValueError(
             f"{str(folder)!r} has no {CONFIG_FILE}: a model folder needs the config.json written "
             "by transformers' save_pretrained (or downloaded from the model's Hub repo)."
@@ -115,10 +125,34 @@ def read_config(folder: Path) -> dict:
     return config
 
 
+def check_not_a_broken_link(path: Path) -> None:
+    """ValueError when ``path`` is a symbolic link that leads to no file (a loop, or a
+    target that is gone): such a file is there, but cannot be read."""
+    if not path.is_symlink():
+        return
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    try:
+        path.resolve(strict=True)
+        why = "its target is not a file"
+    except RuntimeError:  # Python < 3.13: a loop
+        why = "the link points back to itself (a symlink loop)"
+    except OSError as err:
+        loop = getattr(err, "errno", None) == errno.ELOOP
+        why = "the link points back to itself (a symlink loop)" if loop else "its target is gone"
+    raise ValueError(
+        f"{str(path)!r} is a symbolic link to {target!r} that cannot be read: {why}. Replace "
+        f"it with the real file (or a link to it), or download or save the model again."
+    )
+
+
 def weight_files(folder: Path) -> list[Path]:
     """The safetensors files holding the weights: the shards named in the index, or
     model.safetensors."""
     index_path = folder / WEIGHTS_INDEX_FILE
+    check_not_a_broken_link(index_path)
     if index_path.is_file():
         index = read_json(index_path, WEIGHTS_INDEX_FILE)
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
@@ -128,6 +162,8 @@ def weight_files(folder: Path) -> list[Path]:
                 "save the model again."
             )
         shards = [folder / name for name in dict.fromkeys(weight_map.values())]
+        for shard in shards:
+            check_not_a_broken_link(shard)
         missing = [p.name for p in shards if not p.is_file()]
         if missing:
             raise ValueError(
@@ -136,6 +172,7 @@ def weight_files(folder: Path) -> list[Path]:
             )
         return shards
     single = folder / WEIGHTS_FILE
+    check_not_a_broken_link(single)
     if single.is_file():
         return [single]
     other = sorted(p.name for p in folder.glob("*.bin")) + sorted(
@@ -343,10 +380,10 @@ def download_from_hub(repo_id: str, *, revision: str | None = None) -> Path:
             folder = fetch(shards or [WEIGHTS_FILE])
         else:
             folder = fetch([WEIGHTS_FILE])
-    except HFValidationError as err:
+    except HFValidationError:  # its advice (repo_type=...) is about its own API: not shown
         raise ValueError(
-            f"source={repo_id!r} is not an existing folder nor a valid Hub repo id "
-            f"('owner/name'): {err}"
+            f"source={repo_id!r} is not an existing folder nor a valid Hub repo id ('owner/name'"
+            ", of letters, digits, '-', '_' and '.'): check the folder's path or the repo id"
         ) from None
     except Exception as err:  # one short error, not huggingface_hub's chain of causes
         raise hub_error(repo_id, revision, err) from None
@@ -403,7 +440,31 @@ def resolve_folder(source: str | os.PathLike, *, revision: str | None = None) ->
             f"source={str(source)!r} is a file, not a model folder: pass the folder that holds "
             "config.json (a .gguf file loads with genlab.models.gguf.load_gguf)."
         )
+    if looks_like_a_path(source):
+        raise ValueError(
+            f"source={str(source)!r} is not an existing folder nor a valid Hub repo id: no "
+            f"such folder. Check the path (a relative one starts from {os.getcwd()!r}); a Hub "
+            "repo id is written 'owner/name'"
+        )
     return download_from_hub(str(source), revision=revision)
+
+
+def looks_like_a_path(source: str | os.PathLike) -> bool:
+    """Whether ``source`` can only be a filesystem path, never a Hub repo id ('owner/name'
+    or 'name'): a path object, or a text that is absolute, starts with '.' or '~', holds a
+    backslash or more than one '/'.
+
+    >>> [looks_like_a_path(s) for s in ("/no/such/dir", "./m", "gpt2", "org/name", "a/b/c")]
+    [True, True, False, False, True]
+    """
+    if not isinstance(source, str):
+        return True
+    return (
+        os.path.isabs(source)
+        or source.startswith((".", "~"))
+        or "\\" in source
+        or source.count("/") > 1
+    )
 
 
 def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None, dtype=None):

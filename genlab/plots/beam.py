@@ -33,6 +33,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ..ids import eos_token_ids
+from ..trace import trace_of
 from .tokens import label
 
 __all__ = ["beam_tree", "STYLE"]
@@ -95,7 +96,8 @@ def beam_tree(
 ) -> Figure:
     """Draw the beam tree of one input of a traced beam search.
 
-    trace: a :class:`~genlab.trace.Trace` of a beam search run with ``trace=True``;
+    trace: a :class:`~genlab.trace.Trace` of a beam search run with ``trace=True``, or the
+        result of ``lm.generate(..., num_beams=..., trace=True)`` itself;
     batch: which input of the batch;
     steps: ``(first, last)`` steps to draw (inclusive), default all;
     pruned: also draw the pruned candidates (grey);
@@ -121,6 +123,7 @@ def beam_tree(
     >>> res = lm.generate("The capital of France is", num_beams=3, max_new_tokens=6, trace=True)
     >>> genlab.plots.beam_tree(res.trace)                        # doctest: +SKIP
     """
+    trace = trace_of(trace, "beam_tree")
     tree = trace.beam_tree(batch=batch)
     if tree.empty:
         raise ValueError(f"batch={batch}: no beam candidates recorded for this input")

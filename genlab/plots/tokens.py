@@ -24,6 +24,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..tokens import candidate_labels, show_token
+from ..trace import trace_of
 
 #: widest figure, in inches (1000 px at 100 dpi: shown unscaled in a 1000 px output)
 MAX_WIDTH = 7.2  # inches: 720 px at 100 dpi, inside 768 px of notebook output
@@ -112,7 +113,8 @@ def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:
     """Probability of each chosen token (bars) and the entropy of its distribution (line).
 
     Args:
-        trace: a :class:`~genlab.trace.Trace` (``lm.generate(..., trace=True).trace``);
+        trace: a :class:`~genlab.trace.Trace`, or what ``lm.generate(..., trace=True)``
+            returns (its ``.trace`` is drawn);
         row: which sequence of the batch; width: the figure width in inches (default: by length).
 
     (The lines marked +SKIP are not run as a test: it draws a matplotlib figure
@@ -121,7 +123,7 @@ def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:
     >>> res = lm.generate("Once upon a time", max_new_tokens=20, trace=True)
     >>> genlab.plots.token_probs(res.trace)                     # doctest: +SKIP
     """
-    steps = trace.steps(row=row)
+    steps = trace_of(trace, "token_probs").steps(row=row)
     n = len(steps)
     fig_w = min(width or max(6.0, 0.25 * n + 2), MAX_WIDTH)
     fig = Figure(figsize=(fig_w, 3.8), layout="constrained")
@@ -177,7 +179,8 @@ def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10)
     even when it is outside the top k or was forced with probability 0).
 
     Args:
-        trace: a recorded :class:`~genlab.trace.Trace`; step: which generation step;
+        trace: a recorded :class:`~genlab.trace.Trace` (or the result of
+            ``lm.generate(..., trace=True)``); step: which generation step;
         row: which sequence; stage: ``"final"``, ``"raw"`` or a processor's stage name;
         k: how many bars.
 
@@ -186,7 +189,7 @@ def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10)
 
     >>> genlab.plots.topk_bars(res.trace, step=0, k=10)          # doctest: +SKIP
     """
-    t = candidates(trace, step, row=row, stage=stage, k=k)
+    t = candidates(trace_of(trace, "topk_bars"), step, row=row, stage=stage, k=k)
     fig = Figure(figsize=(6.5, 0.34 * len(t) + 1.3), layout="constrained")
     ax = fig.add_subplot()
     _bars(ax, t)
@@ -201,7 +204,8 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> F
     is orange. Panels wrap into rows of ``columns`` so that 7 stages stay readable.
 
     Args:
-        trace: a recorded :class:`~genlab.trace.Trace`; step: which generation step;
+        trace: a recorded :class:`~genlab.trace.Trace` (or the result of
+            ``lm.generate(..., trace=True)``); step: which generation step;
         row: which sequence; k: tokens per panel; columns: panels per row.
 
     (The lines marked +SKIP are not run as a test: it draws a matplotlib figure
@@ -211,6 +215,7 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> F
     ...                   max_new_tokens=5, trace=True, seed=0)
     >>> genlab.plots.waterfall(res.trace, step=0)                # doctest: +SKIP
     """
+    trace = trace_of(trace, "waterfall")
     stages = trace.stages()
     summary = trace.stage_summary(step, row=row).set_index("stage")
     n = max(1, len(stages))

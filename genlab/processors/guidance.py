@@ -46,9 +46,38 @@ class ClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
         return uncond + (cond - uncond) * self.guidance_scale
 
 
+#: how the unconditional model is called, as the reference calls it
+CALL_SHAPE = "model(input_ids, attention_mask=..., use_cache=..., past_key_values=...)"
+
+
+def _check_callable(model: Any) -> None:
+    """ValueError naming the call when ``model`` cannot be called the way guidance calls it."""
+    import inspect
+
+    if not callable(model):
+        raise ValueError(
+            f"classifier-free guidance needs an unconditional model to call, but `model` is a "
+            f"{type(model).__name__}: pass a genlab or transformers model, or a callable "
+            f"{CALL_SHAPE} returning .logits (batch, length, vocab); or guidance_scale=1"
+        )
+    try:
+        signature = inspect.signature(model)
+    except (TypeError, ValueError):  # a builtin without a signature: just call it
+        return
+    try:
+        signature.bind(None, attention_mask=None, use_cache=True, past_key_values=None)
+    except TypeError as err:
+        raise ValueError(
+            f"classifier-free guidance calls its unconditional model as {CALL_SHAPE}, but "
+            f"`model` has the signature {signature} ({err}): wrap it, e.g. lambda input_ids, "
+            "**kw: model(input_ids), or pass a genlab or transformers model"
+        ) from None
+
+
 def _call_like_reference(model: Any, feed, mask, use_cache: bool, past) -> tuple[Any, Any]:
     """(logits (rows, len, vocab), past_key_values) of a plain callable, called as the
     reference calls the unconditional model."""
+    _check_callable(model)
     out = model(feed, attention_mask=mask, use_cache=use_cache, past_key_values=past)
     if isinstance(out, torch.Tensor):
         return out, None
@@ -112,15 +141,13 @@ class UnbatchedClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
             ok=lambda v: True,
         )
         self.model = model  # as given (the reference's attribute)
+        # a genlab or transformers model runs through the genlab protocol; anything else is
+        # kept as given and called as the reference calls it, when guidance needs it (a
+        # scale of 1 never does)
         try:
             self._model = as_model(model, callables=True)
         except TypeError:
-            raise ValueError(
-                "`model` for classifier-free guidance must be a genlab model, a transformers "
-                "model, or a callable taking (input_ids, attention_mask=, use_cache=, "
-                f"past_key_values=) and returning an output with .logits; got "
-                f"{type(model).__name__}"
-            ) from None
+            self._model = None
         self.unconditional_ids = unconditional_ids
         self.unconditional_attention_mask = unconditional_attention_mask
         self.use_cache = bool(use_cache)
