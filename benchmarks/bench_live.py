@@ -8,10 +8,12 @@ Everything is measured in one process, each figure beside its baseline:
 
 1. **A change of settings** (temperature, top-k, seed, max_new_tokens, cycling) on the same
    chat prompt, as the Playground re-runs it: time to the first new token and to a complete
-   20-token sampled result, p50 / p90 over ``--changes`` changes, with ``lm.prefix_cache``
-   (the prompt's keys and values reused) and without it (the prompt recomputed each time).
-2. **Prefill on a re-run**: the first step's time of a re-run with and without the reused
-   prompt, and for a prompt edited near its end.
+   20-token sampled result, p50 / p90 over ``--changes`` changes, with the LM's forward
+   cache (``lm.cache``: passes an earlier run computed are reused) and without it (cleared
+   before each change).
+2. **Prefill on a re-run**: the first step's time of a re-run with and without the kept
+   prompt pass, and for a prompt edited near its end (computed again: a cold model computes
+   a prompt in one pass, so the cache never splits one).
 3. **Many samples**: tokens/s of ``num_return_sequences=16`` and of 16 prompts in a batch
    against one sequence (greedy and sampling), whole generations (prompt included) and
    decoding steps alone (top-k and top-p sampling).
@@ -62,7 +64,7 @@ def settings_cycle(n):
 def one_change(lm, cfg, reuse: bool):
     """(time to first token, time to 20 tokens) of one re-run as the Playground does it."""
     if not reuse:
-        lm.prefix_cache.clear()
+        lm.cache_clear()
     t0 = time.perf_counter()
     run = lm.start(PROMPT, chat=True, **cfg)
     run.step()
@@ -98,8 +100,7 @@ def bench_prefill(lm, repeats=7):
 
     def first_step(prompt_ids, reuse):
         if not reuse:
-            lm.prefix_cache.clear()
-            lm.prefix_cache.remember(lm.model, prompt_ids[:, :1], lm.model.new_cache(1))
+            lm.cache_clear()
         run = lm.start(prompt_ids, max_new_tokens=2)
         t0 = time.perf_counter()
         run.step()

@@ -167,16 +167,34 @@ class StepContext:
         if default and compiled is not None and cache.length():
             forward = compiled  # the prompt runs eagerly; static-cache decoding steps compiled
         encdec = run.given.encdec
-        return forward(
-            new,
-            attention_mask=mask,
-            position_ids=position_ids_from_mask(mask, new.shape[1]),
-            cache=cache,
-            logits_to_keep=logits_to_keep,
-            output_attentions=bool(cfg.output_attentions) if attentions is None else attentions,
-            output_hidden_states=bool(cfg.output_hidden_states) or bool(hidden_states),
-            **(encdec.step_inputs() if encdec is not None else {}),
-        )
+        attentions = bool(cfg.output_attentions) if attentions is None else attentions
+        hidden_states = bool(cfg.output_hidden_states) or bool(hidden_states)
+
+        def compute():
+            return forward(
+                new,
+                attention_mask=mask,
+                position_ids=position_ids_from_mask(mask, new.shape[1]),
+                cache=cache,
+                logits_to_keep=logits_to_keep,
+                output_attentions=attentions,
+                output_hidden_states=hidden_states,
+                **(encdec.step_inputs() if encdec is not None else {}),
+            )
+
+        kept = run.given.forward_cache
+        if (
+            kept is None
+            or not default
+            or cfg.use_cache is False
+            or forward != run.given.model.forward  # compiled steps
+            or encdec is not None
+            or attentions
+            or hidden_states
+            or logits_to_keep != 1
+        ):
+            return compute()
+        return kept.forward(run.given.model, cache, state.sequences, mask, compute)
 
     def process(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         """The logits processors in order; each one's result passes ``processor.<Name>``."""

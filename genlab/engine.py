@@ -117,9 +117,10 @@ class Run(Branching):
     tokenizer: for stop strings, healing and readable records; trace: record every stage
     (``True`` or Tracer options such as ``{"depth": 20}``); seed: the run's own random
     stream; keep_history: keep a :class:`~genlab.history.RunHistory` so that
-    :meth:`rewind` works; prefix_cache: a :class:`~genlab.prefix.PrefixCache` whose prompt
-    keys and values the run may reuse; random: a :class:`~genlab.randomness.RunRandom` to
-    draw from (nested runs share their parent's).
+    :meth:`rewind` works; forward_cache: a :class:`~genlab.forward_cache.ForwardCache` whose
+    kept forward passes the run may reuse and add to (its results stay bit-identical);
+    random: a :class:`~genlab.randomness.RunRandom` to draw from (nested runs share their
+    parent's).
 
     One thread at a time: a call from a second thread while the run is stepping waits for
     it; a call from inside one of the run's own hooks (or processors, criteria, streamer)
@@ -156,7 +157,7 @@ class Run(Branching):
         trace: bool | dict = False,
         seed: int | None = None,
         keep_history: bool = False,
-        prefix_cache=None,
+        forward_cache=None,
         random: RunRandom | None = None,
         **kwargs,
     ) -> None:
@@ -195,7 +196,7 @@ class Run(Branching):
                     streamer=streamer,
                     seed=seed,
                     keep_history=keep_history,
-                    prefix_cache=prefix_cache,
+                    forward_cache=forward_cache,
                     random=random,
                 ),
             )
@@ -568,8 +569,6 @@ class Run(Branching):
             self._history.commit(entry, took, self.random)
             if record is not None:
                 self.history.append(record)
-        if state.step_index == 1 and self.given.prefix_cache is not None:
-            self.given.prefix_cache.remember(self.given.model, self.given.input_ids, state.cache)
         if state.streaming:  # after the commit: a streamer never shows an undone token
             self.given.streamer.put(new)
         if done:

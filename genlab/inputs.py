@@ -169,7 +169,7 @@ class Given:
     has_default_min_length: bool = True
     seed: int | None = None
     keep_history: bool = False
-    prefix_cache: Any = None  # a PrefixCache the prompt's keys and values come from / go to
+    forward_cache: Any = None  # a ForwardCache: forward passes served from and kept in it
     warnings: tuple[str, ...] = ()
     attention_mask: torch.LongTensor | None = None  # (batch, length) the prompt's mask
     beam_streamer: Any = None  # a BeamStreamer: attached at the start, reads the beams

@@ -26,8 +26,8 @@ import pandas as pd
 import torch
 
 from .engine import Run, as_model
+from .forward_cache import DEFAULT_MAX_BYTES, ForwardCache
 from .inputs import prompt_from_mapping, prompt_ids
-from .prefix import PrefixCache
 from .tokens import shown
 
 logger = logging.getLogger(__name__)
@@ -142,8 +142,9 @@ class LM:
             tokenizer = getattr(model, "tokenizer", None)
         self.tokenizer = tokenizer
         self.name = name or self.model.info.name
-        #: prompt caches shared by this LM's runs (a re-run computes only what changed)
-        self.prefix_cache = PrefixCache()
+        #: the forward passes of this LM's one-row runs (:mod:`genlab.forward_cache`): a run
+        #: that reaches tokens an earlier run computed takes its logits and keys/values
+        self.cache = ForwardCache(DEFAULT_MAX_BYTES)
         if tokenizer is not None:
             n = len(tokenizer)
             if n > self.model.info.vocab_size:
@@ -156,6 +157,17 @@ class LM:
     def info(self):
         """The model's :class:`~genlab.models.base.ModelInfo` (vocabulary, layers, special ids)."""
         return self.model.info
+
+    def cache_info(self):
+        """What the LM's forward cache holds and has saved: a
+        :class:`~genlab.forward_cache.CacheInfo` (hits, misses, entries, bytes, max_bytes).
+        Set ``lm.cache.max_bytes`` to change the cap (0 keeps nothing)."""
+        return self.cache.info()
+
+    def cache_clear(self) -> None:
+        """Forget every forward pass kept by this LM's runs (needed only after editing the
+        weights through ``.data``, which torch does not count as a change)."""
+        self.cache.clear()
 
     def encode(self, prompt, *, chat: bool | None = None, system: str | None = None):
         """Token ids and attention mask for a prompt.
@@ -303,7 +315,7 @@ class LM:
             trace=trace,
             seed=seed,
             keep_history=keep_history,
-            prefix_cache=self.prefix_cache,
+            forward_cache=self.cache,
             **config,
         )
 

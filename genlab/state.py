@@ -25,7 +25,6 @@ import torch
 from .caches import compiled_forward, make_cache
 from .inputs import Given
 from .plan import Plan
-from .prefix import PrefixCache
 from .randomness import RunRandom
 from .strategies import strategy_for
 
@@ -62,7 +61,7 @@ def initial_state(run, plan: Plan, ctx, random: RunRandom | None = None) -> RunS
     plan: the run's first :class:`~genlab.plan.Plan`; ctx: the run's step context; random:
     a :class:`~genlab.randomness.RunRandom` to draw from (a nested run shares its parent's),
     or None for the run's own. Builds the strategy, repeats the prompt for its rows (beams,
-    num_return_sequences), makes the cache (from a prefix cache when one applies) and
+    num_return_sequences), makes the cache and
     starts the streamer.
     """
     given: Given = run.given
@@ -74,11 +73,6 @@ def initial_state(run, plan: Plan, ctx, random: RunRandom | None = None) -> RunS
     sequences = ids.repeat_interleave(expand, dim=0)
     has_assistant = given.assistant_model is not None
     cache = make_cache(model, sequences.shape[0], plan.config, plan.mode, has_assistant)
-    if given.prefix_cache is not None:  # start from an earlier run's prompt cache
-        if PrefixCache.applies(ids, given.attention_mask, plan.config, given.encdec):
-            cache = given.prefix_cache.take(model, ids, sequences.shape[0]) or cache
-        else:
-            given.prefix_cache = None
     if given.encdec is None:
         plan.compiled = compiled_forward(model, plan.config, cache, plan.mode)
     # where this run's random draws come from (its own generator unless it is a plain

@@ -111,6 +111,9 @@ class KVCache:
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self._len = [0] * num_layers
+        #: the :class:`~genlab.forward_cache.ForwardCache` node whose tokens this cache holds,
+        #: chunk by chunk as they were computed; None when that is not known
+        self.origin = None
 
     def length(self) -> int:
         return self._len[0] if self.num_layers else 0
@@ -120,6 +123,8 @@ class KVCache:
         valid keys and values (rows, kv_heads, length, head_dim)."""
         n = k.shape[2]
         start = self._len[layer]
+        if layer == 0:
+            self.origin = None  # a pass the forward cache did not see (it sets it after)
         buf_k, buf_v = self.keys[layer], self.values[layer]
         if buf_k is None or start + n > buf_k.shape[2]:
             cap = start + n + max(self.chunk, (start + n) // 2)
@@ -137,6 +142,8 @@ class KVCache:
 
     def reorder(self, index: torch.LongTensor) -> None:
         # only the filled positions move; the buffers stay where they are
+        if not (index.numel() == 1 and int(index[0]) == 0 and self.rows() == 1):
+            self.origin = None
         for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
             if k is not None:
                 n = self._len[i]
@@ -152,21 +159,30 @@ class KVCache:
         if length < 0:
             length = self.length() + length
         self._len = [min(n, length) for n in self._len]
+        if self.origin is not None:
+            self.origin = self.origin.at_length(self.length())
+
+    def rows(self) -> int:
+        """The number of rows held (0 before the first append)."""
+        k = self.keys[0] if self.num_layers else None
+        return 0 if k is None else k.shape[0]
 
     def checkpoint(self) -> tuple:
         """A token for :meth:`restore`: the buffers and lengths as they are now. Appends,
         crops and reorders that change the row count leave the old buffers intact; a
         reorder that keeps the rows writes in place and cannot be undone this way."""
-        return (list(self.keys), list(self.values), list(self._len))
+        return (list(self.keys), list(self.values), list(self._len), self.origin)
 
     def restore(self, token: tuple) -> None:
         """Back to the state of :meth:`checkpoint`'s ``token``."""
-        keys, values, lengths = token
+        keys, values, lengths, origin = token
         self.keys, self.values, self._len = list(keys), list(values), list(lengths)
+        self.origin = origin
 
     def copy(self) -> KVCache:
         other = KVCache(self.num_layers, self.chunk)
         other._len = list(self._len)
+        other.origin = self.origin
         for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
             if k is not None:
                 n = self._len[i]
