@@ -363,3 +363,39 @@ def test_xtc_draws_from_the_runs_seed(demo):
         return first
 
     assert text(11) == text(11)
+
+
+# ---------------------------------------------------------------- seen: tables, plots
+
+
+def test_tables_and_plot_show_what_each_sampler_did(demo):
+    from genlab.plots.samplers import dry_table, mirostat_plot, mirostat_table, xtc_table
+
+    prompt = "one two three four. one two three four. one two three four. one two"
+    run = demo.start(
+        prompt,
+        max_new_tokens=6,
+        do_sample=True,
+        seed=0,
+        top_k=0,
+        dry_multiplier=0.8,
+        xtc_probability=1.0,
+        xtc_threshold=0.05,
+        mirostat_mode=2,
+        trace=True,
+    )
+    run.run()
+    dry = dry_table(run)
+    assert len(dry) and (dry["repeat_length"] >= 2).all() and (dry["penalty"] > 0).all()
+    first = dry[dry["step"] == 0].sort_values("repeat_length").iloc[-1]
+    assert prompt.endswith(first["sequence"].strip())  # the repeat it matched ends the text
+    xtc = xtc_table(run)
+    assert len(xtc) == 6 and xtc["fired"].any()
+    assert all(len(r) > 0 for r in xtc.loc[xtc["fired"], "removed"])
+    miro = mirostat_table(run)
+    assert len(miro) == 6 and miro["mu"].iloc[0] == pytest.approx(10.0)
+    assert miro["surprise"].iloc[:5].notna().all()
+    fig = mirostat_plot(run)
+    assert len(fig.axes[0].lines) == 3
+    stages = run.tracer.trace.stages()
+    assert {"DRYLogitsProcessor", "XTCLogitsWarper", "MirostatV2LogitsWarper"} <= set(stages)

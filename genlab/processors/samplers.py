@@ -239,9 +239,12 @@ class DRYLogitsProcessor(LogitsProcessor):
         self.penalty_last_n = check_int("dry_penalty_last_n", penalty_last_n, minimum=-1)
         self.sequence_breakers = _normalize_breakers(sequence_breakers)
         self.last_report: list[list[DryPenalty]] = []
+        #: every call's report, by the length of ``input_ids`` (a step of a run)
+        self.reports: dict[int, list[list[DryPenalty]]] = {}
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         self.last_report = [[] for _ in range(scores.shape[0])]
+        self.reports[input_ids.shape[-1]] = self.last_report
         if self.multiplier == 0 or self.penalty_last_n == 0:
             return scores
         out = None
@@ -370,11 +373,14 @@ class XTCLogitsWarper(LogitsProcessor):
         self.min_tokens_to_keep = check_int("min_tokens_to_keep", min_tokens_to_keep, minimum=1)
         self.generator = generator
         self.last_report: list[XtcReport] = []
+        #: every call's report, by the length of ``input_ids`` (a step of a run)
+        self.reports: dict[int, list[XtcReport]] = {}
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows = scores.shape[0]
+        length = input_ids.shape[-1] if input_ids is not None else 0
         if self.probability <= 0:
-            self.last_report = [XtcReport(None, False, ())] * rows
+            self.last_report = self.reports[length] = [XtcReport(None, False, ())] * rows
             return scores
         drawn = _uniform(rows, scores.device, self.generator).tolist()
         out, reports = None, []
@@ -393,7 +399,7 @@ class XTCLogitsWarper(LogitsProcessor):
                 out = scores.clone()
             out[row, ids[:remove]] = -math.inf
             reports.append(XtcReport(drawn[row], True, tuple(ids[:remove].tolist())))
-        self.last_report = reports
+        self.last_report = self.reports[length] = reports
         return scores if out is None else out
 
 
