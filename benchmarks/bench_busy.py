@@ -1,8 +1,8 @@
-"""Benchmark: the demo on a busy machine, by thread setting (not a test).
+"""Benchmark: the demo on a busy machine, by thread setting and import order (not a test).
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_busy.py [--repeats 2] [--competitors 0 2 3]
+    .venv/bin/python benchmarks/bench_busy.py [--repeats 2] [--competitors 0 2 3] [--late 2 3]
 
 Shared servers (Binder, JupyterHub, a classroom machine) give a notebook fewer free cores
 than it sees. This runs, in a **fresh process** for every measurement (so that OpenMP
@@ -11,21 +11,25 @@ starts with the environment given), the demo's greedy chat decode (24 new tokens
 chat prompt, the prompt's keys and values reused), under each thread setting:
 
 * ``genlab default``: no thread variable set: genlab's own defaults (``genlab.threads``:
-  ``OMP_WAIT_POLICY=PASSIVE`` when other processes keep half a core busy at import);
+  OpenMP threads parked while other processes keep half a core busy, checked as it steps);
 * ``torch default``: ``GENLAB_THREADS=off``: what genlab did before it chose threads
   (torch's default, one thread per core, OpenMP's default wait policy);
 * ``OMP_NUM_THREADS=1``, ``OMP_WAIT_POLICY=PASSIVE`` (threads sleep at once instead of
-  spinning), ``OMP_WAIT_POLICY=ACTIVE`` (threads spin while they wait);
+  spinning), ``OMP_WAIT_POLICY=ACTIVE`` (threads spin while they wait), ``GOMP_SPINCOUNT``;
 
-each with 0, 2 and 3 CPU-bound competitor processes (``while True: pass``) started
-beside it. Settings alternate within a repeat, so that the machine's own load (other users)
-spreads over all of them. Printed: median seconds per setting and load, and each setting
-against the best one at that load.
+each in both import orders (``import torch`` then ``genlab``, as the lessons do, and
+``genlab`` first), with 0, 2 and 3 CPU-bound competitor processes (``while True: pass``)
+started before the process, and with 2 and 3 started *late*: after it has imported and
+loaded the model, 1 s before it decodes. Settings and orders alternate within a repeat, so
+that the machine's own load (other users) spreads over all of them. Printed: each figure
+with the load average (``/proc/loadavg``, 1 minute) when it started, then a markdown table
+of medians, each against the best setting in its row.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -48,16 +52,23 @@ SETTINGS = {
 }
 
 
-def child() -> None:
-    """One measurement in this (fresh) process: load, demo decode, Playground re-run."""
+def child(order: str) -> None:
+    """One measurement in this (fresh) process: import (in ``order``), load, then wait for
+    a line on stdin (the parent may start competitors meanwhile), demo decode, re-run."""
     sys.path.insert(0, str(ROOT))
     t0 = time.perf_counter()
-    import genlab
+    if order == "torch first":  # as the lessons do
+        import torch
+
+        import genlab
+    else:  # as a plain script does
+        genlab = importlib.import_module("genlab")
+        import torch
 
     lm = genlab.load("demo")
     load_s = time.perf_counter() - t0
-    import torch
-
+    print("ready", flush=True)
+    sys.stdin.readline()
     t = time.perf_counter()
     res = lm.generate(PROMPT, chat=True, max_new_tokens=24, min_new_tokens=24)
     decode_s = time.perf_counter() - t
@@ -71,26 +82,45 @@ def child() -> None:
         json.dumps({
             "load_s": load_s, "decode_s": decode_s, "rerun_s": rerun_s,
             "threads": torch.get_num_threads(),
-            "form": getattr(lm.model.form_choice, "form", None),
+            "parked": genlab.threads.status()["parked"],
         })
     )  # fmt: skip
 
 
-def measure(setting: dict, timeout: float) -> dict:
-    """One fresh process with ``setting`` in its environment; a process that runs past
-    ``timeout`` seconds is stopped and counted as that long (a lower bound)."""
+def measure(setting: dict, order: str, late: int, timeout: float) -> dict:
+    """One fresh process with ``setting`` in its environment, importing in ``order``;
+    ``late`` competitors are started once it has loaded the model (1 s before it decodes)
+    and stopped after it. A process that runs past ``timeout`` seconds is stopped and
+    counted as that long (a lower bound)."""
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     env.update(setting, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", order], env=env, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    competitors: list[subprocess.Popen] = []
     try:
-        out = subprocess.run(
-            [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
-            timeout=timeout,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return {"decode_s": timeout, "rerun_s": timeout, "threads": "?", "form": "timed out"}
-    if out.returncode:
-        raise RuntimeError(f"the measuring process failed ({setting}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the measuring process failed ({setting}):\n{proc.stderr.read()}")
+        if late:
+            competitors = start_competitors(late)
+            time.sleep(1.0)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return {"decode_s": timeout, "rerun_s": timeout, "threads": "?", "parked": "?"}
+    finally:
+        stop(competitors)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode:
+        raise RuntimeError(f"the measuring process failed ({setting}):\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def start_competitors(n: int) -> list[subprocess.Popen]:
@@ -103,63 +133,88 @@ def stop(processes: list[subprocess.Popen]) -> None:
         p.wait()
 
 
+ORDERS = ("torch first", "genlab first")
+
+
+def load_average() -> float:
+    return float(open("/proc/loadavg").read().split()[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=ORDERS, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--competitors", type=int, nargs="+", default=[0, 2, 3])
+    parser.add_argument("--competitors", type=int, nargs="*", default=[0, 2, 3])
+    parser.add_argument(
+        "--late", type=int, nargs="*", default=[2, 3],
+        help="competitor counts started after the import and load, 1 s before decoding",
+    )  # fmt: skip
+    parser.add_argument("--orders", nargs="+", choices=ORDERS, default=list(ORDERS))
     parser.add_argument(
         "--settings", nargs="+", choices=list(SETTINGS),
         default=["genlab default", "torch default", "OMP_NUM_THREADS=1", "OMP_WAIT_POLICY=PASSIVE"],
     )  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=150, help="seconds per process")
+    parser.add_argument("--timeout", type=float, default=60, help="seconds per process")
     args = parser.parse_args()
     if args.child:
-        child()
+        child(args.child)
         return
-    print(f"{os.cpu_count()} cores; load average at the start {os.getloadavg()[0]:.1f}")
-    results: dict[tuple[int, str], list[dict]] = {}
-    loads: dict[int, list[float]] = {}
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
+        "?",
+    )
+    print(f"{os.cpu_count()} cores ({cpu}); load average at the start {load_average():.1f}")
+    scenarios = [(n, False) for n in args.competitors] + [(n, True) for n in args.late]
+    results: dict[tuple, list[dict]] = {}
+    loads: dict[tuple, list[float]] = {}
     for repeat in range(args.repeats):
-        for n in args.competitors:
-            competitors = start_competitors(n)
+        for n, late in scenarios:
+            competitors = [] if late else start_competitors(n)
             try:
-                time.sleep(1.0)
-                order = args.settings if repeat % 2 == 0 else args.settings[::-1]
-                for name in order:
-                    loads.setdefault(n, []).append(os.getloadavg()[0])
-                    r = measure(SETTINGS[name], args.timeout)
-                    results.setdefault((n, name), []).append(r)
-                    print(
-                        f"  repeat {repeat} competitors {n} {name:24s} decode "
-                        f"{r['decode_s']:.2f} s re-run {r['rerun_s']:.2f} s "
-                        f"({r['threads']} threads, {r['form']})",
-                        flush=True,
-                    )
+                time.sleep(0 if late else 1.0)
+                for order in args.orders if repeat % 2 == 0 else args.orders[::-1]:
+                    names = args.settings if repeat % 2 == 0 else args.settings[::-1]
+                    for name in names:
+                        key = (order, n, late, name)
+                        load = load_average()
+                        r = measure(SETTINGS[name], order, n if late else 0, args.timeout)
+                        results.setdefault(key, []).append(r)
+                        loads.setdefault(key[:3], []).append(load)
+                        when = "late" if late else "at start"
+                        print(
+                            f"  repeat {repeat} {order:12s} {n} competitors {when:8s} "
+                            f"{name:24s} decode {r['decode_s']:6.2f} s re-run "
+                            f"{r['rerun_s']:6.2f} s ({r['threads']} threads, parked "
+                            f"{r['parked']}; load average {load:.1f})",
+                            flush=True,
+                        )
             finally:
                 stop(competitors)
     print(
-        "\nmedian seconds (24-token demo decode | 20-token re-run); x best at that load; "
-        f"a process stopped at {args.timeout:.0f} s counts as {args.timeout:.0f} s"
+        "\nmedian seconds (24-token demo decode | 20-token re-run), x the best setting in the "
+        f"same row; a process stopped at {args.timeout:.0f} s counts as {args.timeout:.0f} s"
     )
-    for n in args.competitors:
-        med = {
-            name: (
-                statistics.median(r["decode_s"] for r in results[(n, name)]),
-                statistics.median(r["rerun_s"] for r in results[(n, name)]),
-                results[(n, name)][-1]["threads"],
+    header = " | ".join(f"`{name}`" for name in args.settings)
+    print(f"| import order | competitors | load average | {header} |")
+    print("|---" * (3 + len(args.settings)) + "|")
+    for order in args.orders:
+        for n, late in scenarios:
+            med = {
+                name: (
+                    statistics.median(r["decode_s"] for r in results[(order, n, late, name)]),
+                    statistics.median(r["rerun_s"] for r in results[(order, n, late, name)]),
+                )
+                for name in args.settings
+            }
+            best_d = min(v[0] for v in med.values())
+            best_r = min(v[1] for v in med.values())
+            cells = " | ".join(
+                f"{d:.2f} ({d / best_d:.2f}x) \\| {r:.2f} ({r / best_r:.2f}x)"
+                for d, r in med.values()
             )
-            for name in args.settings
-        }
-        best_d = min(v[0] for v in med.values())
-        best_r = min(v[1] for v in med.values())
-        load = statistics.median(loads[n])
-        print(f"{n} competitors (load average during the runs {load:.1f}):")
-        for name, (d, r, threads) in med.items():
-            print(
-                f"  {name:26s} {threads} threads  decode {d:6.2f} s ({d / best_d:4.2f}x)  "
-                f"re-run {r:6.2f} s ({r / best_r:4.2f}x)"
-            )
+            lo, hi = min(loads[(order, n, late)]), max(loads[(order, n, late)])
+            when = f"{n}, late" if late else str(n)
+            print(f"| {order} | {when} | {lo:.1f}-{hi:.1f} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -33,9 +33,9 @@ import os as _os
 
 _os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from genlab import threads as _threads  # noqa: E402  (before torch: see genlab/threads.py)
+from genlab import threads as _threads  # noqa: E402
 
-_threads.set_wait_policy()
+_threads.reading_at_import()  # the first look at the machine's load (genlab/threads.py)
 
 from genlab.lazy import lazy_exports as _lazy_exports  # noqa: E402
 

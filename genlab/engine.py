@@ -32,6 +32,7 @@ import warnings
 
 import torch
 
+from . import threads
 from .branches import Branching
 from .caches import compiled_forward
 from .config import prepare_config
@@ -537,6 +538,7 @@ class Run(Branching):
 
     # -- the step --------------------------------------------------------------------------------
     def _step(self, want_record: bool) -> Step | None:
+        threads.adapt()  # OpenMP's waiting threads on a busy machine (genlab/threads.py)
         # A run started under torch.inference_mode() holds inference tensors (its cache is
         # written in place every step); it goes on in that mode wherever it is stepped.
         try:

@@ -1,42 +1,55 @@
 """Thread defaults that hold up on shared machines (Binder, JupyterHub, classroom servers).
 
-torch runs its CPU kernels on an OpenMP thread team, one thread per core. By default the
-OpenMP runtime (GNU libgomp in torch's Linux wheels) lets a thread that waits at the end
-of a parallel region *spin* for a while before it sleeps. On a machine whose cores are
-also busy with other processes, a spinning thread burns the time slice that the thread it
-waits for needs: a decoding step has hundreds of parallel regions, and the demo ran 10 to
-50 times slower beside two or three CPU-bound processes (``benchmarks/bench_busy.py``).
-With ``OMP_WAIT_POLICY=PASSIVE`` (waiting threads sleep at once) the same runs kept their
-speed; on a quiet machine, though, sleeping and waking costs 1.4-1.6x per decoding step
-(the figures are in benchmarks/README.md). OpenMP reads the policy once, when torch loads,
-so genlab chooses it on import from how busy the machine is then.
+torch runs its CPU kernels on an OpenMP thread team, one thread per core. The OpenMP
+runtime of torch's Linux wheels (GNU libgomp) lets a thread that waits at the end of a
+parallel region *spin* for a while (about 300,000 rounds, a few ms) before it sleeps. On a
+machine whose cores are also busy with other processes, a spinning thread burns the time
+slice that the thread it waits for needs: a decoding step has hundreds of parallel regions,
+and the demo ran 10 to 50 times slower beside two or three CPU-bound processes
+(``benchmarks/bench_busy.py``). Threads that sleep at once (``OMP_WAIT_POLICY=PASSIVE``)
+keep the speed there, but cost 1.4-1.6x a step on a quiet machine. libgomp reads its wait
+policy and ``GOMP_SPINCOUNT`` once, when torch loads; setting them afterwards does nothing,
+and most notebooks import torch before genlab.
+
+One spin setting still changes after torch has loaded: libgomp spins only about 100 rounds
+(instead of 300,000) while it manages more threads than the process has CPUs. So while other
+processes keep the CPUs busy, genlab *parks* a few OpenMP threads: a Python thread that ran
+one parallel region and then waits, its team idle and asleep (:class:`_Park`). Waiting
+threads then go to sleep almost at once, as with ``PASSIVE``; once the machine is quiet
+again the parked thread ends and OpenMP spins as usual. The number of threads that compute
+is never changed by this.
 
 What genlab does, unless told otherwise:
 
-* on ``import genlab``, before torch is imported, when the user has set neither
-  ``OMP_WAIT_POLICY`` nor ``GOMP_SPINCOUNT``: the CPUs' idle time is sampled for 40 ms
-  (``/proc/stat``); if other processes keep at least half a core busy (:data:`BUSY_CORES`),
-  ``OMP_WAIT_POLICY=PASSIVE`` is put in the environment, else OpenMP keeps its default
-  (:func:`set_wait_policy`). This works only where genlab is imported before torch (a
-  notebook that imports torch first keeps OpenMP's default: set the variable yourself),
-  and a machine that becomes busy later keeps the choice made at import;
+* at every step of a generation (``Run`` calls :func:`adapt`), at most every
+  :data:`WINDOW` seconds: how many cores other processes kept busy since the last look, from
+  ``/proc/stat`` less this process's own CPU time (no waiting: two reads of a file); if at
+  least :data:`BUSY_CORES`, OpenMP threads are parked, else released. A look older than
+  :data:`STALE` seconds is replaced by a :data:`SAMPLE_SECONDS` sample;
 * when a built-in decoder is built, torch's thread count is capped by the CPUs this
   process may use (its affinity mask and a container's CPU quota, which ``os.cpu_count()``
   does not see): :func:`configure`.
 
 ``GENLAB_THREADS=off`` turns both off; ``GENLAB_THREADS=N`` sets N threads. A user's own
-``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` or ``torch.set_num_threads`` is left alone.
+``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` turns the parking off (the spinning is theirs); a
+user's ``OMP_NUM_THREADS`` or ``torch.set_num_threads`` is left as it is (genlab never
+changes the count after :func:`configure`). :func:`status` says what was decided and why.
 """
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import math
 import os
-import sys
+import threading
+import time
 
-WAIT_POLICY = "PASSIVE"
-BUSY_CORES = 0.5  # cores kept busy by other processes at import from which threads sleep
-SAMPLE_SECONDS = 0.04
+BUSY_CORES = 0.5  # cores kept busy by other processes from which waiting threads should sleep
+WINDOW = 0.25  # seconds: the shortest interval between two looks at the machine
+STALE = 10.0  # seconds: a look this old is not compared with; a fresh sample is taken
+SAMPLE_SECONDS = 0.05
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _configured = False
 
 
@@ -44,55 +57,200 @@ def _setting() -> str:
     return os.environ.get("GENLAB_THREADS", "").strip().lower()
 
 
-def busy_cores(seconds: float = SAMPLE_SECONDS) -> float | None:
-    """Cores kept busy by all processes over ``seconds`` (``/proc/stat``: total minus idle
-    and iowait time); None where it cannot be read. Called while this process is idle, it
-    measures the others."""
-    import time
-
-    def sample():
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)
-
+def cpu_reading() -> tuple[float, float, float] | None:
+    """(monotonic seconds, CPU seconds all processes spent busy so far (``/proc/stat``:
+    every CPU, idle and iowait left out), CPU seconds this process spent); None where
+    ``/proc/stat`` cannot be read."""
     try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+        busy = sum(fields) - fields[3] - fields[4]
     except (OSError, ValueError, IndexError):
         return None
-    if total1 <= total0:
+    return time.monotonic(), busy / _TICK, time.process_time()
+
+
+def others_busy(before, after) -> float | None:
+    """Cores kept busy by *other* processes between two :func:`cpu_reading`s: all busy CPU
+    time less this process's own, over the wall time between them (None if not measurable)."""
+    if before is None or after is None or after[0] <= before[0]:
         return None
-    cpus = os.cpu_count() or 1
-    return cpus * (1 - (idle1 - idle0) / (total1 - total0))
+    others = (after[1] - before[1]) - (after[2] - before[2])
+    return max(0.0, others / (after[0] - before[0]))
 
 
-def set_wait_policy(busy: float | None = None) -> bool:
-    """Put ``OMP_WAIT_POLICY=PASSIVE`` in the environment when other processes keep at
-    least :data:`BUSY_CORES` busy (``busy``: measured by :func:`busy_cores` when None),
-    nobody set the wait policy or ``GOMP_SPINCOUNT``, torch is not imported yet and
-    ``GENLAB_THREADS`` is not ``off``. True when it was set (called by ``import genlab``)."""
-    if (
-        _setting() == "off"
-        or "OMP_WAIT_POLICY" in os.environ
-        or "GOMP_SPINCOUNT" in os.environ
-        or "torch" in sys.modules
-    ):
-        return False
-    busy = busy_cores() if busy is None else busy
-    if busy is None or busy < BUSY_CORES:
-        return False
-    os.environ["OMP_WAIT_POLICY"] = WAIT_POLICY
-    return True
+def busy_cores(seconds: float = SAMPLE_SECONDS) -> float | None:
+    """Cores kept busy by other processes over the next ``seconds`` (this one sleeps)."""
+    before = cpu_reading()
+    time.sleep(seconds)
+    return others_busy(before, cpu_reading())
+
+
+class _Park:
+    """A Python thread that runs one OpenMP parallel region of ``size`` threads, then waits
+    (its team stays in libgomp's pool, asleep) until :meth:`release`. While it waits, libgomp
+    manages more threads than there are CPUs and every waiting OpenMP thread spins only its
+    short, "throttled" count before it sleeps."""
+
+    def __init__(self, lib, size: int):
+        self.size = size
+        self._lib = lib
+        self._go = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="genlab-omp-park", daemon=True)
+        self._thread.start()
+        self._ready.wait(5.0)
+
+    def _run(self) -> None:
+        import torch
+
+        try:
+            torch.zeros(1).add_(1)  # torch sets this thread's OpenMP count on first use ...
+            self._lib.omp_set_num_threads(self.size)  # ... then this thread's team size
+            torch.zeros(1 << 18).add_(1)  # a region big enough for torch to run in parallel
+        finally:
+            self._ready.set()
+        self._go.wait()  # the thread's end frees its team (libgomp counts them out again)
+
+    def release(self) -> None:
+        self._go.set()
+        self._thread.join(5.0)
+
+
+def _libgomp():
+    """torch's own libgomp (the Linux wheels ship it in torch/lib), or None."""
+    import torch
+
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libgomp*"))):
+        try:
+            lib = ctypes.CDLL(path)  # the copy torch loaded: the same path, the same library
+            lib.omp_get_max_threads()
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+class _Adapter:
+    """The state of :func:`adapt` (one per process)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reading = None  # the last cpu_reading
+        self.park: _Park | None = None
+        self.lib = None
+        self.why = "no look yet"
+        self.others: float | None = None
+
+    def off_reason(self) -> str | None:
+        if _setting() == "off":
+            return "GENLAB_THREADS=off"
+        for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+            if name in os.environ:
+                return f"{name} is set: OpenMP's wait is the user's"
+        return None
+
+    def look(self) -> None:
+        now = cpu_reading()
+        if now is None:
+            self.why = "/proc/stat cannot be read: OpenMP's default"
+            return
+        before = self.reading
+        if before is None or now[0] - before[0] > STALE:
+            before = now
+            time.sleep(SAMPLE_SECONDS)
+            now = cpu_reading()
+        self.reading = now
+        self.others = others_busy(before, now)
+        if self.others is None:
+            return
+        busy = self.others >= BUSY_CORES
+        self.set_parked(busy)
+
+    def set_parked(self, busy: bool) -> None:
+        import torch
+
+        threads = torch.get_num_threads()
+        if busy and threads > 1:
+            cpus = _affinity_cpus()
+            size = max(2, cpus - threads + 2)  # managed threads: threads + size - 1 > cpus
+            if self.park is None or self.park.size != size:
+                if self.lib is None:
+                    self.lib = _libgomp() or False
+                if not self.lib:
+                    self.why = "busy, but torch's OpenMP is not GNU libgomp: nothing to park"
+                    return
+                self.unpark()
+                self.park = _Park(self.lib, size)
+            self.why = (
+                f"others keep {self.others:.2f} cores busy (>= {BUSY_CORES}): {size} OpenMP "
+                f"threads parked, so that {threads} waiting threads sleep soon"
+            )
+        else:
+            self.unpark()
+            self.why = (
+                f"others keep {self.others:.2f} cores busy (< {BUSY_CORES}): OpenMP's default"
+                if threads > 1
+                else "one thread: nothing waits"
+            )
+
+    def unpark(self) -> None:
+        if self.park is not None:
+            self.park.release()
+            self.park = None
+
+
+_adapter = _Adapter()
+
+
+def reading_at_import() -> None:
+    """Take the first reading (``import genlab`` calls it): the first generation's look then
+    compares with it instead of sampling."""
+    _adapter.reading = cpu_reading()
+
+
+def adapt() -> None:
+    """Park or release OpenMP threads from how busy other processes kept the CPUs since
+    the last look (see the module docstring); at most one look every :data:`WINDOW`
+    seconds, otherwise a clock read. Called by the engine at every step."""
+    a = _adapter
+    if a.reading is not None and time.monotonic() - a.reading[0] < WINDOW:
+        return
+    if not a.lock.acquire(blocking=False):  # another thread is looking
+        return
+    try:
+        off = a.off_reason()
+        if off is not None:
+            a.unpark()
+            a.why = off
+            a.reading = cpu_reading()
+            return
+        a.look()
+    finally:
+        a.lock.release()
+
+
+def status() -> dict:
+    """What :func:`adapt` decided last: ``{"parked": bool, "others_busy": cores or None,
+    "why": one line}``."""
+    return {
+        "parked": _adapter.park is not None,
+        "others_busy": _adapter.others,
+        "why": _adapter.why,
+    }
+
+
+def _affinity_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def usable_cpus() -> int:
     """CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota
     (``/sys/fs/cgroup/cpu.max`` or cgroup v1's cfs files), rounded up; at least 1."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+    cpus = _affinity_cpus()
     quota = _cgroup_quota()
     if quota is not None:
         cpus = min(cpus, max(1, math.ceil(quota)))
@@ -145,4 +303,5 @@ def configure() -> int:
         threads = default_threads()
         if threads is not None and threads != torch.get_num_threads():
             torch.set_num_threads(threads)
+    adapt()  # a busy machine: the weight-form probe that follows runs with threads parked
     return torch.get_num_threads()

@@ -1,22 +1,26 @@
-"""Thread defaults for shared machines (genlab/threads.py): OMP_WAIT_POLICY=PASSIVE set on
-import when nobody set it and torch is not loaded yet; thread counts capped by the CPUs the
-process may use; GENLAB_THREADS overrides."""
+"""Thread defaults for shared machines (genlab/threads.py): while other processes keep the
+CPUs busy, OpenMP threads are parked (libgomp's short, throttled spin) as a run steps; the
+thread count is capped by the CPUs the process may use; a user's own settings are kept."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
+import torch
 
 from genlab import threads
 
-SHOW = "import os; print(os.environ.get('OMP_WAIT_POLICY'))"
+SHOW = "import os; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OMP_NUM_THREADS'))"
+PARKED_NAME = "genlab-omp-park"
 
 
-def policy_after(code: str, **env: str) -> str:
-    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GENLAB_THREADS")}
+def environment_after(code: str, **env: str) -> str:
+    names = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GENLAB_THREADS")
+    clean = {k: v for k, v in os.environ.items() if k not in names}
     out = subprocess.run(
         [sys.executable, "-c", f"{code}; {SHOW}"], env={**clean, **env}, capture_output=True,
         text=True, check=True,
@@ -24,30 +28,128 @@ def policy_after(code: str, **env: str) -> str:
     return out.stdout.strip()
 
 
-def test_importing_genlab_leaves_a_users_policy_and_a_loaded_torch_alone():
-    assert policy_after("import torch, genlab") == "None"  # too late for OpenMP: left alone
-    assert policy_after("import genlab", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's
-    assert policy_after("import genlab", GENLAB_THREADS="off") == "None"
-    assert policy_after("import genlab", GOMP_SPINCOUNT="1000") == "None"
+def test_importing_genlab_in_either_order_leaves_the_environment_alone():
+    assert environment_after("import torch, genlab") == "None None"
+    assert environment_after("import genlab, torch") == "None None"
+    assert environment_after("import genlab", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE None"
+    assert environment_after("import genlab", OMP_NUM_THREADS="1") == "None 1"
 
 
-def test_threads_sleep_while_they_wait_only_on_a_busy_machine(monkeypatch):
-    monkeypatch.setenv("OMP_WAIT_POLICY", "x")
-    monkeypatch.delenv("OMP_WAIT_POLICY")  # absent now, restored as absent afterwards
-    monkeypatch.delenv("GENLAB_THREADS", raising=False)
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    monkeypatch.delitem(sys.modules, "torch")  # as before torch is imported
-    assert not threads.set_wait_policy(busy=0.1)  # quiet: OpenMP's default (threads spin)
-    assert "OMP_WAIT_POLICY" not in os.environ
-    assert threads.set_wait_policy(busy=2.0)  # others keep two cores busy: sleep
-    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
-    busy = threads.busy_cores(0.02)
-    assert busy is None or 0 <= busy <= (os.cpu_count() or 1) + 0.01
+class Machine:
+    """Scripted /proc/stat: ``others`` cores busy in other processes, this one idle."""
+
+    def __init__(self):
+        self.t, self.busy, self.others, self.reads = 100.0, 0.0, 0.0, 0
+
+    def reading(self):
+        self.reads += 1
+        return self.t, self.busy, 0.0
+
+    def wait(self, seconds: float) -> None:
+        self.t += seconds
+        self.busy += self.others * seconds
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "GENLAB_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    m = Machine()
+    monkeypatch.setattr(threads, "cpu_reading", m.reading)
+    monkeypatch.setattr(threads.time, "monotonic", lambda: m.t)
+    monkeypatch.setattr(threads.time, "sleep", m.wait)
+    monkeypatch.setattr(threads, "_adapter", threads._Adapter())
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield m
+    threads._adapter.unpark()
+    torch.set_num_threads(before)
+
+
+def parked_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == PARKED_NAME]
+
+
+def os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libgomp: torch's Linux wheels")
+def test_a_busy_machine_parks_an_openmp_team_and_a_quiet_one_releases_it(machine):
+    threads.reading_at_import()
+    machine.others = 1.8  # two CPU-bound processes on two cores
+    machine.wait(1.0)
+    tasks = os_threads()
+    threads.adapt()
+    state = threads.status()
+    assert state["parked"] and state["others_busy"] == pytest.approx(1.8)
+    assert "parked" in state["why"]
+    # a Python thread and its OpenMP team: libgomp now manages more threads than CPUs
+    size = threads._adapter.park.size
+    assert size >= 2 and os_threads() - tasks == size
+    assert torch.get_num_threads() == 2  # the count is never changed
+    machine.wait(0.1)
+    threads.adapt()  # within WINDOW: no new look
+    assert machine.reads == 2
+    machine.others = 0.1
+    machine.wait(1.0)
+    threads.adapt()
+    assert not threads.status()["parked"] and not parked_threads()
+    assert "OpenMP's default" in threads.status()["why"]
+
+
+def test_a_stale_look_is_replaced_by_a_fresh_sample(machine):
+    threads.reading_at_import()
+    machine.others = 1.5
+    machine.wait(threads.STALE + 60)  # an hour-old look would average a new load away
+    machine.others = 0.0
+    threads.adapt()
+    assert threads.status()["others_busy"] == 0.0  # from the sample, not the long window
+    assert machine.reads == 3
+
+
+def test_the_users_own_settings_turn_parking_off_and_keep_the_count(machine, monkeypatch):
+    machine.others = 2.0
+    for name, value in (
+        ("OMP_WAIT_POLICY", "PASSIVE"), ("GOMP_SPINCOUNT", "1000"), ("GENLAB_THREADS", "off"),
+    ):  # fmt: skip
+        monkeypatch.setenv(name, value)
+        machine.wait(1.0)
+        threads.adapt()
+        assert not threads.status()["parked"], name
+        assert name in threads.status()["why"]
+        monkeypatch.delenv(name)
+    torch.set_num_threads(1)  # the user's: one thread has nothing to wait for
+    machine.wait(1.0)
+    threads.adapt()
+    assert torch.get_num_threads() == 1 and not threads.status()["parked"]
+
+
+def test_others_busy_leaves_this_process_out():
+    assert threads.others_busy((0.0, 10.0, 5.0), (2.0, 14.0, 6.0)) == pytest.approx(1.5)
+    assert threads.others_busy((0.0, 10.0, 5.0), (1.0, 11.0, 6.5)) == 0.0
+    assert threads.others_busy(None, (1.0, 1.0, 1.0)) is None
+    busy = threads.busy_cores(0.2)  # at least 0: ticks of 10 ms, this process left out
+    assert busy is None or 0 <= busy <= (os.cpu_count() or 1) + 0.5
+
+
+def test_every_step_of_a_run_looks_at_the_machine(monkeypatch):
+    from genlab.models.table import TableLM
+
+    calls = []
+    monkeypatch.setattr(threads, "adapt", lambda: calls.append(1))
+    lm = TableLM({"": {"a": 1.0}, "a": {"b": 1.0}, "a b": {"c": 1.0}}, fallback="uniform")
+    ids = lm.tokenizer("", return_tensors="pt").input_ids
+    import genlab
+
+    run = genlab.start(lm, input_ids=ids, max_new_tokens=3)
+    run.step()
+    assert len(calls) == 1
+    run.run()
+    assert len(calls) == 3
 
 
 def test_thread_count_defaults_and_overrides(monkeypatch):
-    import torch
-
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("GENLAB_THREADS", raising=False)
     assert 1 <= threads.usable_cpus() <= (os.cpu_count() or 1)
