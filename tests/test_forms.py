@@ -53,6 +53,11 @@ def test_choice_follows_the_measurement(monkeypatch):
     # no room for a second copy: the one-row winner
     monkeypatch.setattr(mm, "free_memory_bytes", lambda: 3000)
     assert mm.choose_form(torch.float32, weight_bytes=1000).form == "split"
+    # a near tie for one row is not worth a second copy of the weights, whatever the memory
+    monkeypatch.setattr(mm, "free_memory_bytes", lambda: 10**12)
+    fake_measurement(monkeypatch, packed=(12.22, 33.2), split=(12.0, 36.0))
+    choice = mm.choose_form(torch.float32, weight_bytes=1000)
+    assert choice.form == "split" and "not 15% faster for one row" in choice.reason
 
 
 def test_the_split_form_takes_the_block_count_measured_fastest(monkeypatch):
