@@ -229,8 +229,9 @@ def test_valid_changes_edit_the_config_in_place_and_the_mode_follows():
     assert cfg.top_k is None
     seen = []
     panel.on_change(lambda p, names: seen.append(names))
-    panel.set("max_new_tokens", 300)  # beyond the slider's soft end: the slider grows
-    assert cfg.max_new_tokens == 300 and panel.controls["max_new_tokens"].input.max == 300
+    panel.set("max_new_tokens", 300)  # beyond the slider's end: taken, the range stays
+    slider = panel.controls["max_new_tokens"].input
+    assert cfg.max_new_tokens == 300 and (slider.max, slider.value) == (256, 256)
     assert seen == [["max_new_tokens"]]
 
 
@@ -542,7 +543,7 @@ def test_debugger_force_rewind_fork_and_live_config(classic):
     assert len(dbg.history()) == 3 and "<table" in dbg.history_view.value
     dbg.rewind_count.value = "5"
     dbg.rewind_button.click()
-    assert dbg.error == "rewind count: 5 is out of range; type a whole number from 0 to 3"
+    assert dbg.error == "rewind count: 5 is out of range; type a whole number from 0 to 3."
     assert len(dbg.history()) == 3  # refused: nothing was undone
     assert "genlab-error" in dbg.status.value
     dbg._draw()  # a draw deferred from an earlier click, firing late, keeps the error shown
@@ -711,7 +712,7 @@ def test_debugger_quick_clicks_are_drawn_once_they_pause(uniform):
     assert dbg.run.step_index == 15
     assert dbg.version - start < 25  # coalesced: not one drawing per click
     assert dbg.text_view.value.count("genlab-token") == 15  # the view shows the last state
-    assert "step 15" in dbg.status.value
+    assert "step 14 (15 tokens)" in dbg.status.value  # as the waterfall counts
 
 
 def test_debugger_run_shows_progress(uniform):
@@ -910,9 +911,9 @@ def test_debugger_settings_are_built_when_their_tab_is_first_shown(classic):
 def test_typed_numbers_are_taken_as_typed_or_refused_with_the_reason():
     panel = ConfigPanel(GenerationConfig(max_new_tokens=20))
     box = panel.controls["max_new_tokens"].text
-    box.value = "100000"  # beyond the slider: taken, the slider widens (never clamped)
+    box.value = "100000"  # beyond the slider: taken (no limits here), the range stays
     assert panel.config.max_new_tokens == 100000
-    assert panel.controls["max_new_tokens"].input.max == 100000
+    assert panel.controls["max_new_tokens"].input.max == 256
     box.value = "-3"
     assert panel.config.max_new_tokens == 100000 and ">= 1" in panel.errors["max_new_tokens"]
     box.value = "2.5"
@@ -930,7 +931,7 @@ def test_typed_numbers_are_taken_as_typed_or_refused_with_the_reason():
 
 def test_seed_box_refuses_what_is_not_a_seed_in_words(classic):
     pg = Playground(classic, "The")
-    for typed, reason in (("2.5", "whole number"), ("1e5", "whole number"),
+    for typed, reason in (("2.5", "whole number"), ("ten", "whole number"),
                           ("99999999999999999999", "out of range")):  # fmt: skip
         pg.seed_box.value = typed
         pg.update(sync=True)
@@ -939,6 +940,9 @@ def test_seed_box_refuses_what_is_not_a_seed_in_words(classic):
     pg.seed_box.value = "3"
     pg.update(sync=True)
     assert pg.error is None and "seed 3" in pg.status.value
+    pg.seed_box.value = " 1e5 "  # a whole number, as every number box reads it
+    pg.update(sync=True)
+    assert pg.error is None and pg.seed == 100_000
 
 
 def test_forcing_again_replaces_the_whole_forced_word_and_the_queue_is_shown(uniform):
@@ -948,7 +952,7 @@ def test_forcing_again_replaces_the_whole_forced_word_and_the_queue_is_shown(uni
     assert len(ids) >= 2
     dbg.force(list(ids))  # a word of several tokens, taken at step 1
     assert dbg.run.sequences[0, -len(ids) :].tolist() == list(ids)
-    dbg.force(int(ids[0]))  # forcing again: the whole word is replaced, not its last piece
+    dbg.force(list(ids[:1]))  # a text again: the whole word is replaced, not its last piece
     assert dbg.run.step_index == 2 and int(dbg.run.sequences[0, -1]) == int(ids[0])
     dbg.force(list(ids))
     dbg.rewind(1)  # the step's forced token is queued again: shown, and clearable

@@ -7,12 +7,12 @@ the panel's :meth:`Panel.static_html` (what a notebook shows without a kernel), 
 the file and function it came from). :class:`~genlab.widgets.live.LiveView` adds the
 scheduler on top of it.
 
->>> parse_int("12", "seed")
-12
+>>> parse_int(" 1e3 ", "seed")
+1000
 >>> parse_int("2.5", "seed")
 Traceback (most recent call last):
 ...
-ValueError: seed: '2.5' is not a whole number; type one such as 0, 1 or 42
+ValueError: seed: '2.5' is not a whole number; type one such as 24, 1_000 or 1e3.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
@@ -45,45 +47,104 @@ MAX_SEED = 2**63 - 1
 
 def error_text(err: BaseException) -> str:
     """A failure as a person reads it: the message of a ValueError / TypeError as it is
-    (they name the field and what to do), other errors with their type first."""
+    (they name the field and what to do); running out of memory, and any other error of
+    torch (a RuntimeError), in words, never the allocator's or the kernel's own text;
+    other errors with their type first."""
     text = str(err).strip() or type(err).__name__
     if isinstance(err, (ValueError, TypeError)):
         return text
+    if isinstance(err, MemoryError) or "allocate" in text or "out of memory" in text.lower():
+        return (
+            "the machine ran out of memory for this run: lower num_beams, "
+            "num_return_sequences or max_new_tokens."
+        )
+    if isinstance(err, RuntimeError):
+        first = text.splitlines()[0]
+        if first.startswith("[enforce fail"):
+            first = first.split("]", 1)[-1].strip()
+        return f"the model could not run these settings ({first[:200]}); change them and retry."
     return f"{type(err).__name__}: {text}"
 
 
-def parse_int(text: Any, name: str, low: int | None = None, high: int | None = None) -> int:
-    """A whole number typed in a box, taken as typed or refused with the reason:
-    ``"1e5"`` and ``"2.5"`` are refused (not rounded), as is a number outside
-    ``[low, high]``."""
+def sentence(text: str) -> str:
+    """``text`` ending as a sentence (a full stop added when it has none), so that the
+    next sentence does not run into it."""
+    text = text.rstrip()
+    return text if not text or text[-1] in ".!?:)" else text + "."
+
+
+#: the largest magnitude a typed number may have: past it, ``int("1e999999999")`` alone
+#: would take the kernel minutes and gigabytes
+MAX_DIGITS = 400
+
+
+def parse_number(
+    text: Any,
+    name: str,
+    *,
+    whole: bool = False,
+    low: float | None = None,
+    high: float | None = None,
+) -> int | float:
+    """The one parser of every number box: ``" 24 "``, ``"1_000"`` and ``"1e9"`` read the
+    same everywhere (a whole number may be written ``1e3``; ``2.5`` is not whole and is
+    refused, never rounded); ``nan``, ``inf`` and text are refused; ``low``/``high``
+    (inclusive) bound it. ValueError names ``name`` and says what to type.
+
+    >>> parse_number(" 1_000 ", "n", whole=True), parse_number("1e3", "n", whole=True)
+    (1000, 1000)
+    >>> parse_number("2.5", "n", whole=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: n: '2.5' is not a whole number; type one such as 24, 1_000 or 1e3.
+    """
+    kind = "a whole number" if whole else "a number"
     if isinstance(text, bool):
-        raise ValueError(f"{name}: {text!r} is not a whole number")
-    if isinstance(text, int):
-        value = text
+        raise ValueError(f"{name}: {text!r} is not {kind}.")
+    if isinstance(text, (int, float)):
+        value: int | float = text
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{name}: {value!r} is not a finite number.")
+        if whole and isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"{name}: {value!r} is not {kind}.")
+            value = int(value)
     else:
         typed = str(text).strip()
+        example = "24, 1_000 or 1e3" if whole else "0.7, 1_000 or 1e-3"
         try:
-            value = int(typed)
-        except ValueError:
+            number = Decimal(typed)
+        except InvalidOperation:
             raise ValueError(
-                f"{name}: {typed!r} is not a whole number; type one such as 0, 1 or 42"
+                f"{name}: {typed!r} is not {kind}; type one such as {example}."
             ) from None
-    if low is not None and value < low or high is not None and value > high:
-        span = f"from {low} to {high:,}" if high is not None else f"of at least {low}"
-        raise ValueError(f"{name}: {value} is out of range; type a whole number {span}")
+        if not number.is_finite():
+            raise ValueError(f"{name}: {typed!r} is not a finite number.")
+        if number and number.adjusted() > MAX_DIGITS:
+            raise ValueError(f"{name}: {typed!r} is far too large.")
+        if whole:
+            if number != number.to_integral_value():
+                raise ValueError(f"{name}: {typed!r} is not {kind}; type one such as {example}.")
+            value = int(number)
+        else:
+            value = float(number)
+    if (low is not None and value < low) or (high is not None and value > high):
+        if low is not None and high is not None:
+            span = f"from {low} to {high:,}"
+        else:
+            span = f"of at least {low}" if low is not None else f"of at most {high:,}"
+        raise ValueError(f"{name}: {value} is out of range; type {kind} {span}.")
     return value
+
+
+def parse_int(text: Any, name: str, low: int | None = None, high: int | None = None) -> int:
+    """A whole number typed in a box (:func:`parse_number`), inside ``[low, high]``."""
+    return int(parse_number(text, name, whole=True, low=low, high=high))
 
 
 def parse_float(text: Any, name: str) -> float:
-    """A finite number typed in a box (``"1e-3"``, ``"0.7"``), or ValueError with the
-    reason (``"nan"``, ``"inf"`` and text are refused)."""
-    try:
-        value = float(str(text).strip())
-    except ValueError:
-        raise ValueError(f"{name}: {str(text).strip()!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{name}: {text!r} is not a finite number")
-    return value
+    """A finite number typed in a box (:func:`parse_number`)."""
+    return float(parse_number(text, name))
 
 
 def with_static_html(widget, bundle):
@@ -97,6 +158,36 @@ def with_static_html(widget, bundle):
     except Exception as err:  # never let the fallback break the display
         data["text/html"] = f"<pre>{html.escape(error_text(err))}</pre>"
     return (data, meta) if meta else data
+
+
+#: the page around a saved view: readable at 768 px, tables scroll inside their box
+PAGE_CSS = """<style>
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px;
+  max-width: 100%; }
+.genlab-static { max-width: 100%; overflow-wrap: break-word; }
+.genlab-static table { max-width: none; }
+.genlab-static [title] { cursor: help; }
+</style>"""
+
+
+def save_html(widget, path, title: str | None = None) -> Path:
+    """Write ``widget.static_html()`` (its view now) as one self-contained HTML page at
+    ``path``: figures inline as PNG data, hover details as ``title`` attributes; no
+    script, no style sheet or font from another machine, no kernel. Returns the path."""
+    body = widget.static_html()
+    if "http://" in body or "https://" in body or "<script" in body.lower():
+        raise ValueError("this view refers to another machine or a script; it cannot be saved")
+    name = title or type(widget).__name__
+    page = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>genlab · {html.escape(name)}</title>{PAGE_CSS}</head>"
+        f"<body>{body}</body></html>\n"
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
 
 
 def controls_row(*children: widgets.Widget) -> widgets.HBox:
@@ -148,9 +239,14 @@ class Panel(widgets.VBox):
     def _repr_mimebundle_(self, **kwargs):
         return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
+    def save_html(self, path) -> Path:
+        """Write the panel's current view as one self-contained HTML file (no kernel, no
+        other machine asked for anything; hover details kept); returns its path."""
+        return save_html(self, path)
+
     def show_error(self, err: BaseException | str, kept: bool = False) -> None:
         """Show ``err`` in the status line (once, replacing what was there)."""
-        self.error = err if isinstance(err, str) else error_text(err)
+        self.error = sentence(err if isinstance(err, str) else error_text(err))
         tail = " The last good result is still shown." if kept else ""
         self.status.value = message(self.error + tail, "error")
 

@@ -25,7 +25,7 @@ import pandas as pd
 from ..config import GenerationConfig
 from .base import FOCUS_CSS, figure_image, scroll_box, title_html
 from .config_panel import ConfigPanel
-from .live import LiveView, initial_config
+from .live import LiveView, initial_config, limits_of
 from .playground import result_html, token_table
 from .render import frame_html, png_html, prob_legend, show_figure, text_block
 from .worker import Job
@@ -95,6 +95,7 @@ class CompareView(LiveView):
                 initial_config(lm, base, **kwargs),
                 tokenizer=lm.tokenizer,
                 vocab_size=lm.info.vocab_size,
+                limits=limits_of(lm),
                 open_group=None,
                 title=label,
             )

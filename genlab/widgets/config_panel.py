@@ -29,7 +29,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..config import FIELDS, GROUPS, GenerationConfig, WatermarkingConfig
-from .base import FOCUS_CSS, error_text, with_static_html
+from ..config.limits import Limits
+from .base import FOCUS_CSS, error_text, save_html, with_static_html
 from .fields import FieldControl, make_control
 from .render import TABLE_CSS, WARNINGS_LOCK, message
 
@@ -61,13 +62,19 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_RESETS_GROUPS = ("strategy", "logits", "watermark")
 
 
-def validate_quietly(config: GenerationConfig, vocab_size: int | None = None):
-    """Validate ``config``; return (mode, warning texts). Raises ValueError if invalid."""
+def validate_quietly(
+    config: GenerationConfig, vocab_size: int | None = None, limits: Limits | None = None
+):
+    """Validate ``config`` (and, with ``limits``, the upper bounds the model and the
+    machine set: checked before anything is allocated); return (mode, warning texts).
+    Raises ValueError if invalid."""
     with WARNINGS_LOCK, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config.validate()
         if vocab_size is not None:
             config.check_token_ids(vocab_size)
+        if limits is not None:
+            limits.check(config)
         mode = config.get_generation_mode()
     return getattr(mode, "value", str(mode)), [str(w.message) for w in caught]
 
@@ -176,6 +183,9 @@ class ConfigPanel(widgets.VBox):
     config: the config to edit in place (default: a new ``GenerationConfig()``);
     tokenizer: lets token fields take quoted text and show decoded tokens;
     vocab_size: token ids outside ``[0, vocab_size)`` are rejected;
+    limits: the upper bounds of the model and machine
+    (:func:`genlab.config.limits.model_limits`): a value over its bound is refused with the
+    reason;
     open_group: the group shown expanded first.
 
     Attributes for code and tests: ``config``, ``controls`` (name -> FieldControl; a
@@ -201,6 +211,7 @@ class ConfigPanel(widgets.VBox):
         *,
         tokenizer=None,
         vocab_size: int | None = None,
+        limits: Limits | None = None,
         open_group: str | None = "length",
         title: str = "Generation settings",
     ) -> None:
@@ -208,6 +219,7 @@ class ConfigPanel(widgets.VBox):
         self.initial = copy.deepcopy(self.config)
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
+        self.limits = limits
         self.title = title
         self.errors: dict[str, str] = {}
         self.notes: list[str] = []
@@ -238,8 +250,12 @@ class ConfigPanel(widgets.VBox):
             layout=widgets.Layout(width="260px"),
             tooltip="a generation_config.json file or a folder",
         )
-        self.load_button = widgets.Button(description="Load", layout=widgets.Layout(width="70px"))
-        self.save_button = widgets.Button(description="Save", layout=widgets.Layout(width="70px"))
+        self.load_button = widgets.Button(
+            description="Load", layout=widgets.Layout(width="70px", flex="0 0 auto")
+        )
+        self.save_button = widgets.Button(
+            description="Save", layout=widgets.Layout(width="70px", flex="0 0 auto")
+        )
         self.load_button.on_click(lambda _: self._file_action(self.load))
         self.save_button.on_click(lambda _: self._file_action(self.save))
         self.file_status = widgets.HTML()
@@ -252,7 +268,11 @@ class ConfigPanel(widgets.VBox):
                 self.mode_label,
             ]
         )
-        files = widgets.HBox([self.path, self.load_button, self.save_button, self.file_status])
+        self.file_status.layout = widgets.Layout(flex="1 1 240px", min_width="0")
+        files = widgets.HBox(  # a long message wraps below; the buttons keep their width
+            [self.path, self.load_button, self.save_button, self.file_status],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
+        )
         super().__init__([widgets.HTML(FOCUS_CSS), header, self.accordion, self.notes_label, files])
         self.add_class("genlab-config-panel")
         self.add_class("genlab-panel")
@@ -309,7 +329,7 @@ class ConfigPanel(widgets.VBox):
 
     def replace(self, new: GenerationConfig) -> None:
         """Copy every field of ``new`` into the edited config (after validating it)."""
-        mode, notes = validate_quietly(new, self.vocab_size)
+        mode, notes = validate_quietly(new, self.vocab_size, self.limits)
         for key, value in vars(new).items():
             setattr(self.config, key, copy.deepcopy(value))
         self.errors.clear()
@@ -322,6 +342,11 @@ class ConfigPanel(widgets.VBox):
         path: a JSON file or a folder (default: the path typed in the panel).
         """
         path = Path(path if path is not None else self.path.value)
+        if not path.exists():  # a local file only: never a name looked up elsewhere
+            raise ValueError(
+                f"no file {str(path)!r}: type the path of a generation_config.json file, "
+                "or of a folder holding one."
+            )
         self.replace(GenerationConfig.from_pretrained(path))
         self.file_status.value = message(f"loaded {path}", "ok")
 
@@ -395,6 +420,10 @@ class ConfigPanel(widgets.VBox):
     def _repr_mimebundle_(self, **kwargs):
         return with_static_html(self, super()._repr_mimebundle_(**kwargs))
 
+    def save_html(self, path) -> Path:
+        """Write the panel's current view as one self-contained HTML file; returns its path."""
+        return save_html(self, path)
+
     # -- internals -------------------------------------------------------------------------
     def _build_page(self, index: int) -> None:
         """Build the controls of group ``index`` (once), showing the config's values."""
@@ -439,7 +468,7 @@ class ConfigPanel(widgets.VBox):
         for key, value in changes.items():
             setattr(trial, key, copy.deepcopy(value))
         try:
-            _, notes = validate_quietly(trial, self.vocab_size)
+            _, notes = validate_quietly(trial, self.vocab_size, self.limits)
         except Exception as err:  # ValueError, or TypeError of a value of the wrong type
             for key in changes:
                 self._reject(key, _reason(key, changes[key], err))

@@ -44,7 +44,15 @@ from .base import (
     title_html,
 )
 from .config_panel import ConfigPanel
-from .live import LiveView, initial_config, run_total, start_run, trace_depth_of
+from .live import (
+    LiveView,
+    ended_text,
+    initial_config,
+    limits_of,
+    run_total,
+    start_run,
+    trace_depth_of,
+)
 from .render import (
     TABLE_CSS,
     frame_html,
@@ -205,6 +213,7 @@ class StepDebugger(LiveView):
             run.config,
             tokenizer=lm.tokenizer,
             vocab_size=lm.info.vocab_size,
+            limits=limits_of(lm),
             open_group=None,  # "logits" opens with the Settings tab (built only then)
             title="Settings (take effect at the next step)",
         )
@@ -296,18 +305,12 @@ class StepDebugger(LiveView):
         run, n = self.run, self.run.step_index
         by = getattr(run, "finished_by", None)
         back = "Rewind to go back, or Fork to try another way"
+        why = ended_text(run) or f"the run has finished ({n} tokens)"
         if by == "length":
-            return (
-                f"the run reached max_new_tokens ({n} tokens): raise max_new_tokens in "
-                f"Settings and Step to go on, {back}"
-            )
-        if by == "eos":
-            return f"the model ended the text (end-of-text token) after {n} tokens: {back}"
-        if by == "stop":
-            return f"a stop string or criterion ended the text after {n} tokens: {back}"
+            return f"{why}: raise it in Settings and Step to go on, {back}"
         if by == "interrupted" or getattr(run, "interrupted", False):
-            return f"stopped after {n} tokens: Rewind (even 0 steps) to go on, or Fork"
-        return f"the run has finished ({n} tokens): {back}"
+            return f"{why}: Rewind (even 0 steps) to go on, or Fork"
+        return f"{why}: {back}"
 
     def _settings_changed(self, panel, names) -> None:
         """A length changed in Settings: handed to the run (``run.set``), which goes on
@@ -331,6 +334,7 @@ class StepDebugger(LiveView):
         if panel.config is not run.config:
             panel.bind(run.config)
         self._good_lengths = {n: getattr(run.config, n, None) for n in LENGTH_FIELDS}
+        self.error = None  # a refused length before this one: its cause is gone
         self._changed()
 
     def step(self, n: int = 1) -> None:
@@ -433,10 +437,14 @@ class StepDebugger(LiveView):
         self._changed()
 
     def force(self, token) -> None:
-        """Take ``token`` (an id, a token string or a text) at the current step instead
-        of what was taken there (before the first step: as the first token). A text of
-        several tokens is taken whole, one step each; forcing again right after replaces
-        that whole text (not its last piece)."""
+        """Take ``token`` at the current step instead of what was taken there (before the
+        first step: as the first token), keeping every step before it.
+
+        token: an id (a candidate of the current step: it replaces that one step), or a
+        text / list of ids (taken whole, one step each; a text forced right after another
+        forced text replaces that whole text, not its last piece). Equivalent to
+        ``run.rewind(k)`` (k: 1, or the steps of the text forced just before),
+        ``run.clear_forced()``, ``run.force(token)`` and a step per forced token."""
         if token is None or (isinstance(token, str) and token == ""):
             raise ValueError("choose a candidate or type a token to force")
         with self._lock:
@@ -445,7 +453,8 @@ class StepDebugger(LiveView):
             back = 0
             if run.step_index > 0:
                 last = spans[-1] if spans and spans[-1][1] == run.step_index else None
-                back = last[1] - last[0] if last else 1
+                whole = last is not None and not isinstance(token, int)
+                back = last[1] - last[0] if whole else 1
             run.rewind(back)
             dropped = run.clear_forced()  # rewinding put those steps' forced tokens back
             try:
@@ -561,8 +570,8 @@ class StepDebugger(LiveView):
             self.guard(self.select_run, change["new"])
 
     def _force_chosen(self) -> None:
-        typed = self.token_box.value
-        token = parse_typed_token(typed) if typed.strip() else self.candidates.value
+        typed = self.token_box.value  # spaces are text too (" " is a token)
+        token = parse_typed_token(typed) if typed else self.candidates.value
         self.force(token)
         self.token_box.value = ""
 
@@ -662,11 +671,14 @@ class StepDebugger(LiveView):
             state, kind = f"{run_total(run) - run.step_index} tokens to go at most", "info"
         if self.notice and not run.finished:
             state, kind = self.notice, "warn"
-        if self._refused:  # a click refused during the Run that just ended
-            state, kind = f"{state}\n{self._refused}", "warn"
-            self._refused = None
+        self._refused = None  # a click refused during a Run: its cause ended with the Run
+        taken = (  # as the waterfall counts: the step just taken, and the tokens so far
+            f"step {self.current_step} ({run.step_index} tokens)"
+            if self.current_step is not None
+            else "no step yet"
+        )
         line = (
-            f"step {run.step_index} · {run.mode} · {state}"
+            f"{taken} · {run.mode} · {state}"
             + (f" · {len(self.runs)} runs" if len(self.runs) > 1 else "")
             + (" · outlined tokens were forced" if len(steps) and steps.forced.any() else "")
         )

@@ -27,7 +27,7 @@ from ..tokens import shown
 from ..trace import Tracer
 from .base import FOCUS_CSS, figure_image, scroll_box, title_html
 from .config_panel import ConfigPanel
-from .live import LiveView, initial_config
+from .live import LiveView, initial_config, limits_of
 from .render import frame_html, message, png_html, show_figure
 from .worker import Job
 
@@ -84,7 +84,11 @@ class Explorer(LiveView):
         self.lm = lm
         self._init_live(debounce, auto)
         self.panel = ConfigPanel(
-            cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, open_group=open_group
+            cfg,
+            tokenizer=lm.tokenizer,
+            vocab_size=lm.info.vocab_size,
+            limits=limits_of(lm),
+            open_group=open_group,
         )
         self.panel.on_change(lambda p, names: self.on_input())
 

@@ -37,6 +37,7 @@ from ..config import (
     SynthIDTextWatermarkingConfig,
     WatermarkingConfig,
 )
+from .base import parse_number
 from .render import message
 
 #: Upper ends for sliders of numbers that have only a lower bound (a UI hint, not a
@@ -293,10 +294,13 @@ OVERFLOW_LIMITS: dict[str, float] = {"guidance_scale": 1e4}
 
 
 class NumberControl(FieldControl):
-    """A text box (``text``) that takes the number as typed (refused with the reason
+    """A text box (``text``) that takes the number as typed (read by the one parser of
+    every number box, :func:`~genlab.widgets.base.parse_number`; refused with the reason
     otherwise, never clamped or rounded), after a slider (``input``) when both ends are
-    known (spec range or :data:`SOFT_MAX`; a larger typed value widens it); without
-    them the text box is ``input`` too. A leading checkbox for fields that may be None
+    known (spec range or :data:`SOFT_MAX`); without them the text box is ``input`` too.
+    The slider's range is part of the field: it never changes; a typed value the field
+    allows beyond it is taken, the slider then rests at its nearest end, and a refused
+    value leaves the slider where it was. A leading checkbox for fields that may be None
     (unchecked = None)."""
 
     def _build(self, value) -> None:
@@ -311,7 +315,7 @@ class NumberControl(FieldControl):
             cls = widgets.IntSlider if self.is_int else widgets.FloatSlider
             kind = int if self.is_int else float
             self.slider = cls(
-                value=kind(start),
+                value=kind(min(max(start, lo), hi)),  # beyond the range: at its end
                 min=kind(lo),
                 max=kind(hi),
                 step=kind(self.step),
@@ -371,11 +375,7 @@ class NumberControl(FieldControl):
             return None
         # an exclusive end stays on the slider: choosing it shows the reason it is refused
         # (e.g. temperature 0) instead of silently becoming the next step
-        lo, hi = spec.min, hi
-        if value is not None:
-            hi = max(hi, value)
-            lo = min(lo, value)
-        return lo, hi
+        return spec.min, hi
 
     def _start_value(self, bounds):
         default = self.spec.default
@@ -395,23 +395,8 @@ class NumberControl(FieldControl):
 
     def _number(self, value):
         """``value`` as this field's number type, or ValueError naming the field; an
-        integer may be typed as ``1e8`` (a whole number), never as ``2.5``."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            typed = str(value).strip()
-            try:
-                value = int(typed) if self.is_int else float(typed)
-            except ValueError:
-                try:
-                    value = float(typed)
-                except ValueError:
-                    kind = "an integer" if self.is_int else "a number"
-                    raise ValueError(f"`{self.name}` must be {kind}, got {typed!r}") from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"`{self.name}` must be a finite number, got {value!r}")
-        if self.is_int and isinstance(value, float):
-            if not value.is_integer():
-                raise ValueError(f"`{self.name}` must be a whole number, got {value!r}")
-            value = int(value)
+        integer may be typed as ``1e8`` or ``1_000`` (a whole number), never as ``2.5``."""
+        value = parse_number(value, f"`{self.name}`", whole=self.is_int)
         limit = OVERFLOW_LIMITS.get(self.name)
         if limit is not None and abs(value) > limit:
             raise ValueError(
@@ -424,21 +409,20 @@ class NumberControl(FieldControl):
         if self.enabled is not None and not self.enabled.value:
             return None
         value = self._number(self.text.value)
-        if self.slider is not None and not self.slider.min <= value <= self.slider.max:
-            self._showing = True
-            try:  # the slider follows a typed value outside its range
-                self.slider.max = max(self.slider.max, value)
-                self.slider.min = min(self.slider.min, value)
-                self.slider.value = value
-            finally:
-                self._showing = False
-        elif self.slider is not None:
-            self._showing = True
-            try:
-                self.slider.value = value
-            finally:
-                self._showing = False
+        if self.spec.in_range(value):  # a refused value leaves the slider where it was
+            self._rest_slider(value)
         return value
+
+    def _rest_slider(self, value) -> None:
+        """Put the slider at ``value``, or at its nearest end when ``value`` is beyond its
+        range (the range itself never changes)."""
+        if self.slider is None:
+            return
+        self._showing = True
+        try:
+            self.slider.value = min(max(value, self.slider.min), self.slider.max)
+        finally:
+            self._showing = False
 
     def show(self, value) -> None:
         if value is not None:
@@ -448,14 +432,9 @@ class NumberControl(FieldControl):
             self._disable(value is None)
         if value is None:
             return
+        self._rest_slider(value)
         self._showing = True
         try:
-            if self.slider is not None:
-                if value > self.slider.max:
-                    self.slider.max = value
-                if value < self.slider.min:
-                    self.slider.min = value
-                self.slider.value = value
             self.text.value = self._format(value)
         finally:
             self._showing = False

@@ -23,6 +23,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..config import GenerationConfig
+from ..config.limits import Limits, model_limits
 from ..engine import Run
 from .base import MAX_SEED, Panel, button, controls_row, parse_int
 from .render import WARNINGS_LOCK, message
@@ -31,10 +32,18 @@ from .worker import Job, Worker, drain
 SPECIAL_TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 
 
+def limits_of(lm) -> Limits:
+    """The upper bounds ``lm`` and this machine set on the fields (see
+    :func:`genlab.config.limits.model_limits`)."""
+    return model_limits(lm.info)
+
+
 def initial_config(lm, config: GenerationConfig | None = None, **overrides) -> GenerationConfig:
     """The model's generation defaults (or ``config``) with ``overrides``; 20 new tokens
     unless a length is given. Special tokens the defaults leave unset come from the model
-    (as transformers derives a generation config from the model config)."""
+    (as transformers derives a generation config from the model config). A value over
+    the bound the model and machine set (:func:`limits_of`) is refused here, before a
+    panel allocates anything: ``BeamExplorer(lm, "Hi", num_beams=10**9)`` raises."""
     if config is None:
         defaults = dict(lm.info.generation_defaults or {})
         for name in SPECIAL_TOKEN_FIELDS:
@@ -57,6 +66,7 @@ def initial_config(lm, config: GenerationConfig | None = None, **overrides) -> G
             f"unknown generation settings: {', '.join(sorted(unused))}; see "
             "genlab.config.FIELDS for the field names"
         )
+    limits_of(lm).check(config)
     return config
 
 
@@ -92,6 +102,7 @@ def start_run(
     ``tracer_class`` replaces the Tracer."""
     if isinstance(prompt, str) and not prompt.strip() and not chat:
         raise ValueError("prompt is empty: type some text to continue (or tick chat)")
+    limits_of(lm).check(config)  # before anything is allocated
     with WARNINGS_LOCK, warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         run = lm._new_run(
@@ -111,6 +122,26 @@ def run_total(run) -> int:
     except (AttributeError, TypeError):
         limit = 0
     return max(1, limit, int(run.step_index))
+
+
+def ended_text(run) -> str:
+    """Why ``run`` stopped, in words (from ``run.finished_by``): the model's end-of-text
+    token, the length limit, a stop string or criterion, or Stop; "" while it runs."""
+    n = int(run.step_index)
+    by = getattr(run, "finished_by", None)
+    if by == "eos":
+        return f"the model ended the text (end-of-text token) after {n} tokens"
+    if by == "length":
+        limit = getattr(run.config, "max_new_tokens", None)
+        name = "max_new_tokens" if limit is not None else "max_length"
+        return f"it reached {name} ({n} tokens)"
+    if by == "criteria":
+        stops = getattr(run.config, "stop_strings", None)
+        what = "a stop string" if stops else "a stopping criterion (max_time or your own)"
+        return f"{what} ended the text after {n} tokens"
+    if by == "interrupted" or getattr(run, "interrupted", False):
+        return f"stopped by Stop after {n} tokens"
+    return ""
 
 
 class Cancelled(Exception):

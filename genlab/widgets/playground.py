@@ -32,7 +32,7 @@ from ..config import GenerationConfig
 from ..tokens import running_pieces, show_token
 from .base import FOCUS_CSS, figure_image, scroll_box, title_html
 from .config_panel import ConfigPanel
-from .live import LiveView, initial_config, trace_depth_of
+from .live import LiveView, ended_text, initial_config, limits_of, trace_depth_of
 from .render import (
     frame_html,
     message,
@@ -145,7 +145,9 @@ class Playground(LiveView):
         self._init_live(debounce, auto_update)
 
         cfg = initial_config(lm, config, **config_kwargs)
-        self.panel = ConfigPanel(cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size)
+        self.panel = ConfigPanel(
+            cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, limits=limits_of(lm)
+        )
         self._init_prompt_inputs(prompt, chat, seed)
         self.text_view = widgets.HTML(text_block("<i>no result yet</i>"))
         self.text_view.add_class("genlab-result")
@@ -248,8 +250,9 @@ class Playground(LiveView):
             self._show_plots()
         notes = [f"{len(table)} tokens", f"mode {run.mode}", f"seed {self.seed_box.value}"]
         stopped = run.interrupted
-        if stopped:
-            notes.insert(0, "stopped")
+        why = ended_text(run)
+        if why:
+            notes.insert(0, why)
         warn = list(dict.fromkeys(str(w) for w in run.warnings))  # each message once
         text = " · ".join(notes) + ("\n" + "\n".join(warn) if warn else "")
         self.status.value = message(text, "warn" if stopped or warn else "ok")
