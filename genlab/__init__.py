@@ -71,6 +71,14 @@ _LAZY = {
     "attention": ("inside", "attention"),
     "score": ("lm", "score"),
     "sweep": ("sweeps", "sweep"),
+    "activations": ("steering", "activations"),
+    "steering_vector": ("steering", "steering_vector"),
+    "steer": ("steering", "steer"),
+    "ablate_head": ("steering", "ablate_head"),
+    "patch": ("steering", "patch"),
+    "steering_sweep": ("steering", "steering_sweep"),
+    "patching_table": ("steering", "patching_table"),
+    "attribute": ("attribution", "attribute"),
 }
 
 

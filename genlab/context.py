@@ -164,7 +164,15 @@ class StepContext:
             mask = state.attention_mask
         forward = run.given.model.forward
         compiled = state.plan.compiled
-        if default and compiled is not None and cache.length():
+        registry, extra = run.registry, {}
+        if registry and registry.inside_points():  # hooks inside the layers: the eager pass
+            from .models.taps import Taps
+
+            if default and state.step_index == 0 and cache.length():
+                cache.crop(0)  # a prompt cache computed without these hooks: compute it again
+                new = state.sequences
+            extra["taps"] = Taps(registry, state.step_index, cache.length())
+        elif default and compiled is not None and cache.length():
             forward = compiled  # the prompt runs eagerly; static-cache decoding steps compiled
         encdec = run.given.encdec
         attentions = bool(cfg.output_attentions) if attentions is None else attentions
@@ -180,6 +188,7 @@ class StepContext:
                 output_attentions=attentions,
                 output_hidden_states=hidden_states,
                 **(encdec.step_inputs() if encdec is not None else {}),
+                **extra,
             )
 
         kept = run.given.forward_cache
@@ -188,6 +197,7 @@ class StepContext:
             or not default
             or cfg.use_cache is False
             or forward != run.given.model.forward  # compiled steps
+            or extra  # hooks inside the layers
             or encdec is not None
             or attentions
             or hidden_states

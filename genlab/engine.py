@@ -204,6 +204,7 @@ class Run(Branching):
 
         _, caught = _set_up_warnings(set_up)
         self.given.warnings = caught
+        self.registry.bind(self.given.model)  # hook points inside its layers, if it has them
         if self.given.keep_history:
             self._history = RunHistory(self, replays=self._replays())
         if trace:
@@ -370,7 +371,9 @@ class Run(Branching):
         """Temporary hooks for a ``with`` block: ``with run.hooks(logits=fn): run.step()``.
 
         mapping: ``{point: fn or [fns]}`` (for names that are not identifiers, such as
-        ``"processor.TopKLogitsWarper"``); keyword arguments add more."""
+        ``"processor.TopKLogitsWarper"`` or ``"blocks.3.hook_resid_post"``: the points inside
+        the built-in decoders' layers, :mod:`genlab.models.taps`); keyword arguments add
+        more."""
         return self.registry.temporary(mapping, **hooks)
 
     def add_hook(self, name: str, fn):

@@ -41,6 +41,18 @@ widgets) only sees it. The verbs: ``add`` a hook, ``observe`` as an observer, ``
 anyone listening), ``fire`` (hooks, then observers), ``notify`` (observers only); a
 strategy's ``ctx`` has the last three.
 
+**hook point inside the model** -- a point inside a built-in decoder's forward pass, named
+as TransformerLens names it (:mod:`genlab.models.taps`): ``hook_embed``
+(``hook_pos_embed`` on GPT-2), ``blocks.{i}.hook_resid_pre``,
+``blocks.{i}.attn.hook_pattern``, ``blocks.{i}.attn.hook_z``, ``blocks.{i}.hook_attn_out``,
+``blocks.{i}.hook_resid_mid``, ``blocks.{i}.hook_mlp_out``, ``blocks.{i}.hook_resid_post``,
+``ln_final.hook_normalized``. Hooked from ``run.hooks`` like the loop's points; with the
+KV cache they see the **positions a step computes** (the prompt at step 0, then one token).
+An **intervention** is a hook there that changes the value: :func:`genlab.steer`,
+:func:`genlab.ablate_head`, :func:`genlab.patch` (:mod:`genlab.steering`). A
+**steering vector** is a difference of mean activations (:func:`genlab.steering_vector`);
+**attribution** scores earlier tokens for a generated one (:func:`genlab.attribute`).
+
 **stage** -- the scores after one processor. Its name in hook points and trace tables is
 the processor's class name (``TopKLogitsWarper``), as transformers users know it; plots
 and panels shorten it to ``TopK`` (:func:`genlab.plots.tokens.stage_name`). A genlab

@@ -47,6 +47,7 @@ class Entry:
     forced: tuple[int, ...]  # the forced queue before the step
     took: int | None = None  # the forced id this step took (filled at the commit)
     random: RandomMark | None = None  # the generator before the step
+    inside: dict | None = None  # the hooks inside the model in force (a replay keeps them)
 
 
 class RunHistory:
@@ -95,6 +96,7 @@ class RunHistory:
             config_values=values,
             forced=tuple(st.forced),
             random=run.random.mark(st.step_index),
+            inside=run.registry.inside_hooks(),
         )
 
     def begin(self, run, values: dict) -> Entry:
@@ -130,7 +132,7 @@ class RunHistory:
     def replay(self, run, target: int) -> None:
         """Rebuild the state before step ``target`` by running steps 0..target-1 again,
         each with the config and forced token it had."""
-        steps = [(e.config, e.took) for e in self.entries[:target]]
+        steps = [(e.config, e.took, e.inside) for e in self.entries[:target]]
         at_target = self.entries[target] if target < len(self.entries) else None
         init, sequences, mask = self.initial
         st, given = run.state, run.given
@@ -151,9 +153,12 @@ class RunHistory:
         st.step_index, st.finished = 0, False
         self.entries = []
         registry, tracer = run.registry, run._tracer
-        run.registry, run._tracer = HookRegistry(), None
+        run._tracer = None
         try:
-            for config, took in steps:
+            for config, took, inside in steps:
+                # each step again with the hooks inside the model it had (they changed what
+                # the model computed); the loop's hooks and observers are not run again
+                run.registry = HookRegistry.holding(given.model, inside)
                 run.config = copy.deepcopy(config)
                 st = run.state
                 st.forced = [] if took is None else [took]

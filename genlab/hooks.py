@@ -15,6 +15,15 @@ visits them:
 ``finish``                 the final output object
 =========================  =====================================================
 
+Inside the built-in decoders (Llama, Qwen2, GPT-2), named as TransformerLens names them
+(:mod:`genlab.models.taps` describes each; they run inside the forward pass, before
+``logits``): ``hook_embed``, ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.attn.hook_pattern``,
+``blocks.{i}.attn.hook_z``, ``blocks.{i}.hook_attn_out``, ``blocks.{i}.hook_resid_mid``,
+``blocks.{i}.hook_mlp_out``, ``blocks.{i}.hook_resid_post``, ``ln_final.hook_normalized``
+(GPT-2 also ``hook_pos_embed``). A name the model does not have is refused with the close
+names. With the KV cache such a hook sees the positions the step computes (the prompt at
+step 0, then the new token); :mod:`genlab.steering` has ready-made interventions.
+
 Hooks are temporary by default::
 
     with run.hooks(logits=lambda x, step: x.clamp(max=10)):
@@ -47,10 +56,21 @@ HOOK_POINTS = ("logits", "processor.*", "scores", "beam.candidates", "select", "
 Hook = Callable[..., Any]
 
 
-def _check_name(name: str) -> str:
+def _check_name(name: str, model: Any = None) -> str:
     name = name.replace("__", ".")  # allow keyword spelling processor__TopKLogitsWarper
     if name in HOOK_POINTS or (name.startswith("processor.") and len(name) > len("processor.")):
         return name
+    from .models.taps import is_inside_name
+
+    if is_inside_name(name):
+        if model is None or not hasattr(model, "check_hook_point"):
+            what = type(model).__name__ if model is not None else "this registry's model"
+            raise ValueError(
+                f"hook point {name!r} is inside a model's layers; {what} has none (genlab's "
+                "built-in Llama, Qwen2 and GPT-2 decoders have them: genlab.load a checkpoint "
+                "onto them, or hook 'logits')"
+            )
+        return model.check_hook_point(name)
     raise ValueError(
         f"unknown hook point {name!r}; use one of {', '.join(HOOK_POINTS)} "
         "(processor.* means processor.<ProcessorClassName>, e.g. processor.TopKLogitsWarper)"
@@ -103,12 +123,41 @@ class HookRegistry:
     def __init__(self) -> None:
         #: the hook point whose hooks or observers are running now (None between them)
         self.firing: str | None = None
+        #: the model whose inside hook points this registry may hook (see :meth:`bind`)
+        self.model: Any = None
         self._hooks: dict[str, list[Hook]] = {}
         # observers: fn(point, value, step), never replace values; "processor.*" matches all
         self._observers: dict[str, list[Callable[[str, Any, int], None]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._hooks) or bool(self._observers)
+
+    def bind(self, model: Any) -> None:
+        """Hooks inside ``model``'s layers (``blocks.3.hook_resid_post``...) are checked
+        against its hook points and make its ``has_active_hooks()`` true while registered."""
+        self.model = model
+        if self.inside_points():
+            model.attach_registry(self)
+
+    def inside_points(self) -> frozenset:
+        """The points inside the model where a hook or observer is registered now."""
+        from .models.taps import is_inside_name
+
+        if not self.model_attached:
+            return frozenset()
+        return frozenset(
+            n for n in (*self._hooks, *self._observers) if n[0] in "hbl" and is_inside_name(n)
+        )
+
+    @property
+    def model_attached(self) -> bool:
+        return self.model is not None and hasattr(self.model, "attach_registry")
+
+    def _checked(self, name: str) -> str:
+        name = _check_name(name, self.model)
+        if self.model_attached and name not in HOOK_POINTS and not name.startswith("processor."):
+            self.model.attach_registry(self)
+        return name
 
     def has(self, name: str) -> bool:
         """True when a hook or an observer listens at ``name``; ``"processor.*"``: after any
@@ -128,7 +177,7 @@ class HookRegistry:
         """Register an observer ``fn(point, value, step)`` at ``name`` (``processor.*`` for
         every processor); it sees the value after the hooks and cannot replace it. The
         trace and the widgets observe this way. Returns a function that removes it."""
-        name = name if name == "processor.*" else _check_name(name)
+        name = name if name == "processor.*" else self._checked(name)
         self._observers.setdefault(name, []).append(fn)
 
         def remove() -> None:
@@ -144,7 +193,7 @@ class HookRegistry:
         """Register ``fn`` at ``name`` permanently; returns a function that removes it."""
         if not callable(fn):
             raise TypeError(f"hook for {name!r} must be callable, got {type(fn).__name__}")
-        name = _check_name(name)
+        name = self._checked(name)
         self._hooks.setdefault(name, []).append(fn)
 
         def remove() -> None:
@@ -215,4 +264,23 @@ class HookRegistry:
         registers its own)."""
         other = HookRegistry()
         other._hooks = {k: list(v) for k, v in self._hooks.items()}
+        if self.model is not None:
+            other.bind(self.model)
+        return other
+
+    def inside_hooks(self) -> dict | None:
+        """The hooks inside the model now, ``{point: (fns...)}`` (those that change what the
+        model computes; a run's history keeps them for replays), or None."""
+        if not self._hooks or not self.model_attached:
+            return None
+        inside = self.inside_points()
+        held = {k: tuple(v) for k, v in self._hooks.items() if k in inside}
+        return held or None
+
+    @classmethod
+    def holding(cls, model: Any, hooks: dict | None) -> HookRegistry:
+        """A registry bound to ``model`` holding ``hooks`` (from :meth:`inside_hooks`)."""
+        other = cls()
+        other._hooks = {k: list(v) for k, v in (hooks or {}).items()}
+        other.bind(model)
         return other

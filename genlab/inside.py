@@ -159,10 +159,12 @@ def teacher_forced(
     hidden_states: bool = False,
     attentions: bool = False,
     logits_to_keep: int = 0,
+    taps=None,
 ):
     """One forward pass over ``ids`` (length,) or (rows, length) from an empty cache, logits
     at every position (or the last ``logits_to_keep``): a
-    :class:`~genlab.models.base.ModelOutput`."""
+    :class:`~genlab.models.base.ModelOutput`. taps: hooks inside the layers
+    (:class:`~genlab.models.taps.Taps`, built-in decoders only)."""
     if ids.dim() == 1:
         ids = ids[None]
     device = getattr(model, "device", None) or torch.device("cpu")
@@ -183,6 +185,7 @@ def teacher_forced(
             logits_to_keep=logits_to_keep,
             output_attentions=attentions,
             output_hidden_states=hidden_states,
+            **({} if taps is None else {"taps": taps}),
         )
     if hidden_states and not out.hidden_states:
         raise ValueError(f"{type(model).__name__} returned no hidden states")

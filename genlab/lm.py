@@ -365,6 +365,17 @@ class LM:
             return attention(source, **kwargs)
         return attention(self, source, **kwargs)
 
+    def activations(self, source, names=None, **kwargs):
+        """The values at hook points inside the layers (``names``, default all) over
+        ``source``: a prompt (text, messages or ids), or a run or result (its whole
+        sequence); ``{name: (1, length, ...)}`` as TransformerLens' ``run_with_cache``. See
+        :func:`genlab.steering.activations` (kwargs: ``hooks``, ``row``, ``chat``)."""
+        from .steering import activations
+
+        if isinstance(source, (Run, GenerationResult)):
+            return activations(source, names=names, **kwargs)
+        return activations(self, source, names=names, **kwargs)
+
 
 def score(model, text, **kwargs):
     """Score ``text`` under ``model`` (an LM or anything :func:`load` takes): per-token

@@ -24,6 +24,7 @@ def explicit_attention(
     *,
     causal_past: int | None = None,
     float32_softmax: bool = True,
+    edit=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output and probabilities.
 
@@ -34,7 +35,9 @@ def explicit_attention(
     value before the mask is added (a query whose keys are all padding then spreads its
     weight over the causal keys, as the reference's eager GPT-2). float32_softmax: take the
     softmax in float32 and round to q's dtype (Llama), else in the scores' dtype (GPT-2).
-    Returns output (rows, nh, new, d) and probabilities (rows, nh, new, total).
+    edit: None, or a function given the probabilities that returns the ones to use (the
+    ``attn.hook_pattern`` hook point). Returns output (rows, nh, new, d) and probabilities
+    (rows, nh, new, total).
     """
     groups = q.shape[1] // k.shape[1]
     if groups > 1:
@@ -51,4 +54,6 @@ def explicit_attention(
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     else:
         probs = torch.softmax(scores, dim=-1)
+    if edit is not None:
+        probs = edit(probs)
     return torch.matmul(probs, v), probs

@@ -44,6 +44,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from .taps import TapsOwner
+
 
 @dataclass
 class ModelInfo:
@@ -210,9 +212,10 @@ class SlotWriter:
         return self.keys[layer], self.values[layer]
 
 
-class BuiltinDecoder:
+class BuiltinDecoder(TapsOwner):
     """Protocol plumbing shared by genlab's own decoders (which set ``settings.num_layers``
-    and an output ``head`` tensor).
+    and an output ``head`` tensor), and their hook points inside the layers
+    (:class:`~genlab.models.taps.TapsOwner`: ``hook_points()``, ``has_active_hooks()``).
 
     Subclasses also bring the two halves of a fixed-shape decoding step, used by
     :meth:`compiled_forward`: ``_fixed_inputs(input_ids, attention_mask, position_ids,

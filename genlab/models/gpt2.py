@@ -39,6 +39,7 @@ from genlab.models.masks import (
     static_keep_mask,
 )
 from genlab.models.matmul import decoder_form, head_logits, matmul, pack_weight
+from genlab.models.taps import FINAL, Taps
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {
@@ -286,6 +287,7 @@ class GPT2Decoder(BuiltinDecoder):
         logits_to_keep: int = 1,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        taps: Taps | None = None,
     ) -> ModelOutput:
         """Same contract as :meth:`genlab.models.llama.LlamaDecoder.forward`.
 
@@ -305,11 +307,14 @@ class GPT2Decoder(BuiltinDecoder):
         else:
             mask, is_causal = sdpa_keep_mask(attention_mask, past, new_len, dtype=self.dtype)
 
-        h = self.embed_tokens(input_ids) + F.embedding(position_ids, self.wpe)
+        if taps is None:
+            h = self.embed_tokens(input_ids) + F.embedding(position_ids, self.wpe)
+        else:
+            h = self._tap_start(taps, input_ids, position_ids, attention_mask, past, new_len)
         hidden_states = [h] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i, block in enumerate(self.layers):
-            h, weights = self._block(i, block, h, mask, is_causal, cache, past, attentions)
+            h, weights = self._block(i, block, h, mask, is_causal, cache, past, attentions, taps)
             if hidden_states is not None:
                 hidden_states.append(h)
             if attentions is not None:
@@ -323,6 +328,8 @@ class GPT2Decoder(BuiltinDecoder):
         else:
             kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
             kept = F.layer_norm(kept, (s.hidden_size,), w, b, s.layer_norm_eps)
+        if taps is not None and taps.wants(FINAL):
+            kept = taps.fire(FINAL, kept, skip=new_len - kept.shape[1])
         return ModelOutput(
             logits=head_logits(kept, self.head),
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
@@ -336,6 +343,18 @@ class GPT2Decoder(BuiltinDecoder):
         an earlier layer as ``head_logits(final_norm(h))``."""
         s, (w, b) = self.settings, self.ln_f
         return F.layer_norm(hidden, (s.hidden_size,), w, b, s.layer_norm_eps)
+
+    def _tap_start(self, taps, input_ids, position_ids, attention_mask, past, new_len):
+        """The embeddings through ``hook_embed`` and ``hook_pos_embed``, and the additive mask
+        the layers with ``attn.hook_pattern`` take."""
+        tok, pos = self.embed_tokens(input_ids), F.embedding(position_ids, self.wpe)
+        if taps.wants("hook_embed"):
+            tok = taps.fire("hook_embed", tok)
+        if taps.wants("hook_pos_embed"):
+            pos = taps.fire("hook_pos_embed", pos)
+        if taps.wants_pattern():
+            taps.mask = additive_mask(_keep_mask(attention_mask, past, new_len), self.dtype)
+        return tok + pos
 
     # ---- the fixed-shape decoding step (static cache, torch.compile; see base.py) ---------
 
@@ -357,11 +376,14 @@ class GPT2Decoder(BuiltinDecoder):
         s, (w, b) = self.settings, self.ln_f
         return head_logits(F.layer_norm(h, (s.hidden_size,), w, b, s.layer_norm_eps), self.head)
 
-    def _block(self, index, block, h, mask, is_causal, cache, past, attentions):
+    def _block(self, index, block, h, mask, is_causal, cache, past, attentions, taps=None):
         s = self.settings
         rows, new_len, hidden = h.shape
         nh, d = s.num_heads, s.head_dim
-        h = h.view(rows * new_len, hidden)
+        names = None if taps is None else self._layer_names(index)  # see genlab.models.taps
+        if names is not None and taps.wants(names[0]):
+            h = taps.fire(names[0], h)  # hook_resid_pre
+        h = h.reshape(rows * new_len, hidden)
 
         x = F.layer_norm(h, (hidden,), block.ln1_weight, block.ln1_bias, s.layer_norm_eps)
         qkv = (matmul(x, block.qkv) + block.qkv_bias).view(rows, new_len, 3, nh, d)
@@ -369,20 +391,43 @@ class GPT2Decoder(BuiltinDecoder):
         if cache is not None:
             k, v = cache.append(index, k, v)  # (rows, nh, past + new, d)
         scale = self.scales[index]
-        if attentions is None:
+        pattern = names is not None and taps.wants(names[1])
+        if attentions is None and not pattern:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale
             )
             weights = None
         else:
+            edit = (lambda p: taps.fire(names[1], p, seq_axis=2)) if pattern else None
             out, weights = explicit_attention(
-                q, k, v, mask, scale, causal_past=past, float32_softmax=False
-            )  # the reference's eager GPT-2 masking
-        out = out.transpose(1, 2).reshape(rows * new_len, hidden)
+                q, k, v, mask if attentions is not None else taps.mask, scale, causal_past=past,
+                float32_softmax=False, edit=edit,
+            )  # the reference's eager GPT-2 masking  # fmt: skip
+        out = out.transpose(1, 2)
+        if names is not None and taps.wants(names[2]):
+            out = taps.fire(names[2], out)  # hook_z: (rows, new, nh, d)
+        out = out.reshape(rows * new_len, hidden)
 
         # projections with the residual added in the same product
-        h = matmul(out, block.proj, add=h) + block.proj_bias
+        if names is not None and taps.wants(names[3]):  # hook_attn_out: the product alone
+            a = taps.fire(
+                names[3], (matmul(out, block.proj) + block.proj_bias).view(rows, new_len, hidden)
+            )
+            h = h + a.reshape(rows * new_len, hidden)
+        else:
+            h = matmul(out, block.proj, add=h) + block.proj_bias
+        if names is not None and taps.wants(names[4]):  # hook_resid_mid
+            h = taps.fire(names[4], h.view(rows, new_len, hidden)).reshape(rows * new_len, hidden)
         x = F.layer_norm(h, (hidden,), block.ln2_weight, block.ln2_bias, s.layer_norm_eps)
         x = self.act(matmul(x, block.fc) + block.fc_bias)
-        h = matmul(x, block.out, add=h) + block.out_bias
-        return h.view(rows, new_len, hidden), weights
+        if names is not None and taps.wants(names[5]):  # hook_mlp_out: the product alone
+            m = taps.fire(
+                names[5], (matmul(x, block.out) + block.out_bias).view(rows, new_len, hidden)
+            )
+            h = h + m.reshape(rows * new_len, hidden)
+        else:
+            h = matmul(x, block.out, add=h) + block.out_bias
+        h = h.view(rows, new_len, hidden)
+        if names is not None and taps.wants(names[6]):
+            h = taps.fire(names[6], h)  # hook_resid_post
+        return h, weights

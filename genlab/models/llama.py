@@ -55,6 +55,7 @@ from genlab.models.masks import (
     static_keep_mask,
 )
 from genlab.models.matmul import decoder_form, head_logits, matmul, pack_weight
+from genlab.models.taps import FINAL, Taps
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -584,6 +585,7 @@ class LlamaDecoder(BuiltinDecoder):
         logits_to_keep: int = 1,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        taps: Taps | None = None,
     ) -> ModelOutput:
         """Run the new tokens through the model, appending their keys/values to ``cache``.
 
@@ -591,7 +593,8 @@ class LlamaDecoder(BuiltinDecoder):
         position_ids (rows, new). Returns logits (rows, kept, vocab) float32 for the last
         ``logits_to_keep`` positions (0: all), hidden_states (layers + 1 tensors of
         (rows, new, hidden): embeddings first, the last after the final norm) and attentions
-        (per layer (rows, heads, new, cache_len + new)) when asked.
+        (per layer (rows, heads, new, cache_len + new)) when asked. taps: the hooks inside the
+        layers for this pass (:class:`~genlab.models.taps.Taps`), or None.
         """
         s = self.settings
         past, attention_mask, position_ids = check_forward_inputs(
@@ -610,10 +613,16 @@ class LlamaDecoder(BuiltinDecoder):
             )
 
         h = self.embed_tokens(input_ids)  # (rows, new, hidden)
+        if taps is not None:
+            h, mask = self._tap_start(
+                taps, h, mask, attention_mask, past, new_len, output_attentions
+            )
         hidden_states = [h] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i, layer in enumerate(self.layers):
-            h, weights = self._layer(i, layer, h, rotation, mask, is_causal, cache, attentions)
+            h, weights = self._layer(
+                i, layer, h, rotation, mask, is_causal, cache, attentions, taps
+            )
             if hidden_states is not None:
                 hidden_states.append(h)
             if attentions is not None:
@@ -626,6 +635,8 @@ class LlamaDecoder(BuiltinDecoder):
         else:
             kept = h if logits_to_keep == 0 else h[:, -logits_to_keep:]
             kept = self._final_norm(kept)
+        if taps is not None and taps.wants(FINAL):
+            kept = taps.fire(FINAL, kept, skip=new_len - kept.shape[1])
         return ModelOutput(
             logits=head_logits(kept, self.head),
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
@@ -638,6 +649,16 @@ class LlamaDecoder(BuiltinDecoder):
         """The final RMSNorm alone: (..., hidden) -> (..., hidden). The logit lens reads
         an earlier layer as ``head_logits(final_norm(h))``."""
         return self._final_norm(hidden)
+
+    def _tap_start(self, taps, h, mask, attention_mask, past, new_len, output_attentions):
+        """``hook_embed``, and the additive mask the layers with ``attn.hook_pattern`` take
+        (they materialise the probabilities, as ``output_attentions`` does)."""
+        if taps.wants("hook_embed"):
+            h = taps.fire("hook_embed", h)
+        if taps.wants_pattern() and not output_attentions:
+            keep = _keep_mask(attention_mask, past, new_len, self.settings.sliding_window)
+            taps.mask = additive_mask(keep, self.dtype)
+        return h, mask
 
     # ---- the fixed-shape decoding step (static cache, torch.compile; see base.py) ---------
 
@@ -683,11 +704,14 @@ class LlamaDecoder(BuiltinDecoder):
             )
         return self._rms_norm(h, self.norm)
 
-    def _layer(self, index, layer, h, rotation, mask, is_causal, cache, attentions):
+    def _layer(self, index, layer, h, rotation, mask, is_causal, cache, attentions, taps=None):
         s = self.settings
         rows, new_len, hidden = h.shape
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
-        h = h.view(rows * new_len, hidden)
+        names = None if taps is None else self._layer_names(index)  # see genlab.models.taps
+        if names is not None and taps.wants(names[0]):
+            h = taps.fire(names[0], h)  # hook_resid_pre
+        h = h.reshape(rows * new_len, hidden)
 
         low = layer.attn_norm is not None  # bfloat16 / float16: round where the reference does
 
@@ -710,21 +734,35 @@ class LlamaDecoder(BuiltinDecoder):
         if cache is not None:
             k, v = cache.append(index, k, v)  # (rows, nkv, past + new, d)
         weights = None
-        if attentions is not None:
-            out, weights = explicit_attention(q.transpose(1, 2), k, v, mask, self.scale)
+        pattern = names is not None and taps.wants(names[1])
+        if attentions is not None or pattern:
+            edit = (lambda p: taps.fire(names[1], p, seq_axis=2)) if pattern else None
+            m = mask if attentions is not None else taps.mask
+            out, weights = explicit_attention(q.transpose(1, 2), k, v, m, self.scale, edit=edit)
             out = out.transpose(1, 2)
         else:
             out = F.scaled_dot_product_attention(
                 q.transpose(1, 2), k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale,
                 enable_gqa=nkv != nh,
             ).transpose(1, 2)  # fmt: skip
+        if names is not None and taps.wants(names[2]):
+            out = taps.fire(names[2], out)  # hook_z: (rows, new, nh, d)
         out = out.reshape(rows * new_len, nh * d)
 
         # output projection with the residual added in the same product (in bfloat16: the
         # product rounded, then the sum, as the reference does)
-        h = h + matmul(out, layer.o) if low else matmul(out, layer.o, add=h)
-        if layer.o_bias is not None:
-            h += layer.o_bias
+        if names is not None and taps.wants(names[3]):  # hook_attn_out: the product alone
+            a = matmul(out, layer.o)
+            if layer.o_bias is not None:
+                a += layer.o_bias
+            a = taps.fire(names[3], a.view(rows, new_len, hidden)).reshape(rows * new_len, hidden)
+            h = h + a
+        else:
+            h = h + matmul(out, layer.o) if low else matmul(out, layer.o, add=h)
+            if layer.o_bias is not None:
+                h += layer.o_bias
+        if names is not None and taps.wants(names[4]):  # hook_resid_mid
+            h = taps.fire(names[4], h.view(rows, new_len, hidden)).reshape(rows * new_len, hidden)
 
         # gated MLP: one matmul for gate and up
         if low:
@@ -736,7 +774,17 @@ class LlamaDecoder(BuiltinDecoder):
             gate_up += layer.gate_up_bias
         gate, up = gate_up.chunk(2, dim=-1)
         act = F.silu(gate).mul_(up)
-        h = h + matmul(act, layer.down) if low else matmul(act, layer.down, add=h)
-        if layer.down_bias is not None:
-            h += layer.down_bias
-        return h.view(rows, new_len, hidden), weights
+        if names is not None and taps.wants(names[5]):  # hook_mlp_out: the product alone
+            m = matmul(act, layer.down)
+            if layer.down_bias is not None:
+                m += layer.down_bias
+            m = taps.fire(names[5], m.view(rows, new_len, hidden)).reshape(rows * new_len, hidden)
+            h = h + m
+        else:
+            h = h + matmul(act, layer.down) if low else matmul(act, layer.down, add=h)
+            if layer.down_bias is not None:
+                h += layer.down_bias
+        h = h.view(rows, new_len, hidden)
+        if names is not None and taps.wants(names[6]):
+            h = taps.fire(names[6], h)  # hook_resid_post
+        return h, weights

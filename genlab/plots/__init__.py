@@ -9,7 +9,8 @@ here imports widgets. Grouped by subject:
 * :mod:`genlab.plots.watermark`: green/red tokens, running z-score, green lists, SynthID;
 * :mod:`genlab.plots.inside`: the logit lens, attention, per-token scores, sweep metrics;
 * :mod:`genlab.plots.strategies`: assisted decoding's acceptance, contrastive search's
-  candidates.
+  candidates;
+* :mod:`genlab.plots.steering`: input attribution, activation patching, steering sweeps.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ _LAZY = {
     "sweep_metrics": "inside",
     "acceptance_plot": "strategies",
     "contrastive_plot": "strategies",
+    "attribution_heatmap": "steering",
+    "patching_heatmap": "steering",
+    "steering_plot": "steering",
 }
 
 
