@@ -155,14 +155,14 @@ def test_every_dropdown_shows_its_value_none_included():
         assert box.index is not None and box.label, name  # something is selected
         want = None if name == "watermarking_config" else getattr(panel.config, name)
         assert box.choice is want or box.choice == want, name
-    assert dropdowns["low_memory"].label == "None"
+    assert dropdowns["low_memory"].label == "not set"  # never the word None
     assert dropdowns["watermarking_config"].label == "off"
     assert dropdowns["early_stopping"].label == "False"
     low = dropdowns["low_memory"]
     low.value = low.options[2][1]  # what choosing "True" in the browser sends
     assert panel.config.low_memory is True and low.label == "True"
     low.value = low.options[0][1]  # and "None"
-    assert panel.config.low_memory is None and low.label == "None" and low.index == 0
+    assert panel.config.low_memory is None and low.label == "not set" and low.index == 0
     panel.set("early_stopping", "never")
     assert dropdowns["early_stopping"].label == "never"
     panel.set("early_stopping", True)  # True, not the option 1 == True

@@ -25,6 +25,7 @@ from genlab.widgets.debugger import StepDebugger
 from genlab.widgets.explorers import BeamExplorer
 from genlab.widgets.live import ended_text, limits_of
 from genlab.widgets.playground import Playground
+from genlab.widgets.render import END_MARK
 from genlab.widgets.sweep import SweepView
 
 WORDS = "a b c d e f g h i j k l m n o p q r s t".split()
@@ -175,6 +176,8 @@ def test_the_debugger_says_the_step_the_waterfall_shows_and_drops_stale_errors(u
 def test_panels_say_why_a_run_stopped(classic, uniform):
     pg = Playground(classic, "The", max_new_tokens=30)
     assert pg.result.run.finished_by == "eos" and "end-of-text" in pg.status.value
+    shown = re.sub(r'title="[^"]*"', "", pg.text_view.value)  # the text, not its tooltips
+    assert END_MARK in shown and "&lt;eos&gt;" not in shown
     pg = Playground(uniform, "a", max_new_tokens=3)
     assert "reached max_new_tokens (3 tokens)" in pg.status.value
     for by, config, words in (
@@ -200,6 +203,9 @@ def test_misc_messages_read_as_sentences_and_load_names_the_file(tmp_path, class
     sweep.n_box.value = "0"
     sweep.update(sync=True)
     assert "from 1 to 256." in sweep.error
+    sweep.n_box.value = "many"  # the example it gives is inside the range
+    sweep.update(sync=True)
+    assert "type one such as 1 or 256." in sweep.error
 
 
 # ----------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from .live import (
     trace_depth_of,
 )
 from .render import (
+    END_MARK,
     TABLE_CSS,
     frame_html,
     message,
@@ -652,8 +653,11 @@ class StepDebugger(LiveView):
                 strict=True,
             )
         ]
+        texts = [t for t, _ in pieces]
+        if run.finished_by == "eos" and texts:  # the end-of-text token: a mark, not its name
+            texts[-1] = END_MARK
         body = token_spans(
-            [t for t, _ in pieces],
+            texts,
             list(steps.prob),
             tips,
             marks=[i for i, f in enumerate(steps.forced) if f],

@@ -480,16 +480,20 @@ class ChoiceControl(FieldControl):
         self.input.choose(value)
 
 
+#: how a dropdown shows the choice None: the setting is left to the model or the strategy
+NONE_LABEL = "not set"
+
+
 class ChoiceDropdown(widgets.Dropdown):
     """A Dropdown whose options may include None: its values are the options' positions,
     and ``choice`` / ``choose()`` give and take the options themselves. (An ipywidgets
     Dropdown reads the value None as "nothing selected": an option None is shown as a
     blank box, and choosing it in the browser blanks the box.) ``labels`` default to the
-    options' ``str``."""
+    options' ``str`` (None: :data:`NONE_LABEL`)."""
 
     def __init__(self, choices: list, value: Any, width: str, labels=None) -> None:
         self.choices = list(choices)
-        labels = labels or [str(c) for c in self.choices]
+        labels = labels or [NONE_LABEL if c is None else str(c) for c in self.choices]
         super().__init__(
             options=list(zip(labels, range(len(self.choices)), strict=True)),
             layout=shared_layout(width=width),

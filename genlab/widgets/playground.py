@@ -34,6 +34,7 @@ from .base import FOCUS_CSS, figure_image, scroll_box, title_html
 from .config_panel import ConfigPanel
 from .live import LiveView, ended_text, initial_config, limits_of, trace_depth_of
 from .render import (
+    END_MARK,
     frame_html,
     message,
     png_html,
@@ -75,15 +76,22 @@ def shown_columns(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=[c for c in ("text",) if c in table.columns])
 
 
-def result_html(table: pd.DataFrame, prompt: str | None = None, marks=(), tokenizer=None) -> str:
+def result_html(
+    table: pd.DataFrame, prompt: str | None = None, marks=(), tokenizer=None, ended=False
+) -> str:
     """The tokens of ``table`` (from :func:`token_table`) coloured by probability, as
     running text that wraps (a character split over tokens shown whole where it is
-    complete, its bytes in the tooltip: :func:`genlab.tokens.running_pieces`)."""
+    complete, its bytes in the tooltip: :func:`genlab.tokens.running_pieces`); ``ended``:
+    the last token is the end-of-text token that ended the run, shown as :data:`END_MARK`
+    (never as ``<|im_end|>``)."""
     texts = list(table.text) if "text" in table.columns else list(table.token)
     tips = [""] * len(texts)
     if tokenizer is not None and "token_id" in table.columns:
         pieces = running_pieces(tokenizer, table.token_id.tolist())
         texts, tips = [t for t, _ in pieces], [t for _, t in pieces]
+    if ended and texts:
+        texts[-1] = END_MARK
+        tips[-1] = "the model ended the text here (end-of-text token)"
     ranks = table["rank"] if "rank" in table.columns else [None] * len(table)
     tops = table["top"] if "top" in table.columns else [""] * len(table)
     titles = [
@@ -240,7 +248,12 @@ class Playground(LiveView):
         run = result.run
         table = token_table(result)
         prompt = None if self.chat_box.value else self.prompt_box.value
-        self.text_view.value = result_html(table, prompt=prompt, tokenizer=self.lm.tokenizer)
+        self.text_view.value = result_html(
+            table,
+            prompt=prompt,
+            tokenizer=self.lm.tokenizer,
+            ended=run.finished_by == "eos" and "beam" not in str(run.mode),
+        )
         self.table_view.value = frame_html(shown_columns(table))
         self.result, self.table = result, table
         self._plots_shown = False

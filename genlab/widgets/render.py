@@ -61,6 +61,10 @@ def ink(bg: str) -> str:
 NEWLINE_MARK = f'<span class="genlab-nl" style="font-size:70%;opacity:0.75">{NEWLINE}</span>'
 
 
+#: what the text shows for the end-of-text token that ended a run (never ``<|im_end|>``)
+END_MARK = "\u23f9 end"
+
+
 def running_text(token: str) -> str:
     """A token inside running text, as HTML: its decoded text as it reads in the sentence
     (spaces stay spaces, so the text wraps; the coloured boxes mark where tokens start);
