@@ -209,13 +209,25 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, *, in
 
         check_decoder_only_inputs(unused, info.architecture or info.name)
     take_unset_model_inputs(unused)
+    embeds = None if encdec is not None else unused.pop("inputs_embeds", None)
+    if embeds is not None:  # the first step runs on embeddings (genlab.models.embeds)
+        from .models.embeds import prompt_embeds
+
+        model, input_ids, attention_mask = prompt_embeds(
+            model, config, embeds, prompt_ids(input_ids, "input_ids"), attention_mask
+        )
+        for kept in ("prefix_cache", "forward_cache"):  # keyed by token ids: not for these
+            if kept in parts:
+                parts = {**parts, kept: None}
     if unused:
         raise ValueError(
             f"unknown generate() arguments: {', '.join(sorted(unused))}. They are neither "
             "GenerationConfig fields nor model inputs (input_ids, attention_mask, tokenizer)."
             + (TOKEN_TYPES_HINT if "token_type_ids" in unused else "")
         )
-    ids = as_ids(prompt_ids(input_ids, "input_ids"), "input_ids")
+    ids = (
+        input_ids if embeds is not None else as_ids(prompt_ids(input_ids, "input_ids"), "input_ids")
+    )
     if ids is None:
         if config.bos_token_id is None:
             raise ValueError("input_ids is None and bos_token_id is not set: give a prompt")
@@ -248,7 +260,7 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, *, in
         raise ValueError(
             f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(ids.shape)}"
         )
-    if encdec is None and ids.shape[0] > 1:  # the reference's check, and the mask's word
+    if encdec is None and ids.shape[0] > 1 and ids.shape[1]:  # the reference's check
         last = mask[:, -1] == 0
         if pad is not None:
             last |= ids[:, -1] == pad

@@ -1,7 +1,8 @@
 """transformers users' arguments, and messages that say what is wrong (issue 33, section 5).
 
 Each argument the reference takes works as it does there, or is refused with a message that
-names the problem and the fix: ``past_key_values=None`` and ``inputs_embeds=``,
+names the problem and the fix: ``past_key_values=None`` and ``inputs_embeds=`` (a prompt
+given as embeddings, on a transformers model),
 ``top_p=0.0`` while sampling, classifier-free guidance's unconditional model of any kind,
 ``lm.score``'s batch size and empty texts, the loaders' messages, and the plots taking what
 ``lm.generate`` returns.
@@ -43,6 +44,45 @@ def test_past_key_values_none_is_taken_as_the_reference_takes_it(model):
     assert torch.equal(got, want)
     with pytest.raises(ValueError, match="past_key_values: .*run.set\\(max_new_tokens"):
         genlab.generate(model, IDS, past_key_values=((torch.zeros(1),),), max_new_tokens=4)
+
+
+MASK = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]])
+EMBEDS_CASES = [
+    ("embeds", dict(max_new_tokens=5)),
+    ("masked", dict(attention_mask=MASK, max_new_tokens=5)),
+    ("with_ids", dict(input_ids=IDS, attention_mask=MASK, max_new_tokens=5)),
+    ("default_length", dict(attention_mask=MASK)),  # max_length 20 counts the embeddings
+    ("beams", dict(attention_mask=MASK, num_beams=3, max_new_tokens=5)),
+    ("sampled_rows", dict(do_sample=True, num_return_sequences=2, max_new_tokens=5)),
+    ("penalty", dict(repetition_penalty=1.5, min_new_tokens=3, max_new_tokens=5)),
+]
+
+
+@pytest.mark.parametrize("name,kw", EMBEDS_CASES, ids=[c[0] for c in EMBEDS_CASES])
+def test_inputs_embeds_generate_as_the_reference_does(model, name, kw):
+    """The embeddings feed the first step; without input_ids only new tokens come back."""
+    embeds = model.get_input_embeddings()(IDS).detach() + 0.01  # not exactly the ids'
+    torch.manual_seed(0)
+    ref = model.generate(inputs_embeds=embeds, **kw, **OUT)
+    torch.manual_seed(0)
+    ours = genlab.generate(model, inputs_embeds=embeds, **kw, **OUT)
+    assert_same(ref, ours)
+    prompt = IDS.shape[1] if "input_ids" in kw else 0
+    assert ours.sequences.shape[1] == prompt + len(ours.scores)
+
+
+def test_inputs_embeds_refused_where_they_cannot_work(model):
+    from genlab.models.table import TableLM
+
+    embeds = model.get_input_embeddings()(IDS).detach()
+    with pytest.raises(ValueError, match="inputs_embeds: .* takes token ids only.*transformers"):
+        genlab.generate(TableLM.classic(), inputs_embeds=embeds, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"inputs_embeds must be a float tensor .*\(2, 5\)"):
+        genlab.generate(model, inputs_embeds=IDS, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"input_ids has shape \(2, 2\) but inputs_embeds"):
+        genlab.generate(model, IDS[:, :2], inputs_embeds=embeds, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 3\)"):
+        genlab.generate(model, inputs_embeds=embeds, attention_mask=MASK[:, :3])
 
 
 @pytest.mark.parametrize("seed", [0, 1])

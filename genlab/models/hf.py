@@ -319,8 +319,12 @@ class HFModel:
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         _call: Any = None,
+        inputs_embeds: torch.Tensor | None = None,
         **extra,
     ) -> ModelOutput:
+        """One pass of the new tokens ``input_ids`` (rows, new), or of ``inputs_embeds``
+        (rows, new, hidden) in their place (a prompt given as embeddings); the rest as in
+        the genlab model protocol (:mod:`genlab.models.base`)."""
         if self.info.is_encoder_decoder:
             return self._decoder_step(
                 input_ids,
@@ -333,15 +337,19 @@ class HFModel:
                 **extra,
             )
         past = cache.length()
-        n = input_ids.shape[1]
         kwargs: dict[str, Any] = {
-            "input_ids": input_ids.clone(memory_format=torch.contiguous_format),
             "attention_mask": attention_mask,
             "past_key_values": cache.inner,
             "use_cache": True,
         }
+        if inputs_embeds is not None:
+            n, device = inputs_embeds.shape[1], inputs_embeds.device
+            kwargs["inputs_embeds"] = inputs_embeds
+        else:
+            n, device = input_ids.shape[1], input_ids.device
+            kwargs["input_ids"] = input_ids.clone(memory_format=torch.contiguous_format)
         if self._takes_cache_position:
-            kwargs["cache_position"] = torch.arange(past, past + n, device=input_ids.device)
+            kwargs["cache_position"] = torch.arange(past, past + n, device=device)
         if self._takes_position_ids:
             kwargs["position_ids"] = position_ids.clone(memory_format=torch.contiguous_format)
         if self._takes_logits_to_keep:
