@@ -128,20 +128,20 @@ def read_config(folder: Path) -> dict:
 def check_not_a_broken_link(path: Path) -> None:
     """ValueError when ``path`` is a symbolic link that leads to no file (a loop, or a
     target that is gone): such a file is there, but cannot be read."""
-    if not path.is_symlink():
+    if not path.is_symlink() or path.exists():  # exists() follows the link (a Hub cache's)
         return
     try:
         target = os.readlink(path)
     except OSError:
         target = "?"
+    why = "its target is gone"
     try:
         path.resolve(strict=True)
-        why = "its target is not a file"
     except RuntimeError:  # Python < 3.13: a loop
         why = "the link points back to itself (a symlink loop)"
     except OSError as err:
-        loop = getattr(err, "errno", None) == errno.ELOOP
-        why = "the link points back to itself (a symlink loop)" if loop else "its target is gone"
+        if getattr(err, "errno", None) == errno.ELOOP:
+            why = "the link points back to itself (a symlink loop)"
     raise ValueError(
         f"{str(path)!r} is a symbolic link to {target!r} that cannot be read: {why}. Replace "
         f"it with the real file (or a link to it), or download or save the model again."
