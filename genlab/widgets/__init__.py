@@ -7,7 +7,9 @@
 * :class:`WatermarkExplorer` -- green/red tokens, running z-score, the green list;
 * :class:`BeamExplorer` -- the beam tree by step, the hypothesis pool, the early stop;
 * :class:`LensView` -- the logit lens and the attention of each generated token;
-* :class:`SweepView` -- a sampling sweep over a grid of settings, its metrics and samples.
+* :class:`SweepView` -- a sampling sweep over a grid of settings, its metrics and samples;
+* :class:`BranchTree` -- every run explored (forks, forced tokens, alternatives clicked)
+  as one tree of tokens, to continue from any node (a tab of the StepDebugger).
 
 (Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
 and make browser run the panels).)
@@ -30,6 +32,7 @@ _LAZY = {
     "BeamExplorer": "explorers",
     "LensView": "inside",
     "SweepView": "sweep",
+    "BranchTree": "tree",
 }
 
 

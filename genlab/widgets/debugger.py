@@ -66,10 +66,14 @@ from .render import (
     text_block,
     token_spans,
 )
+from .tree import BranchTree
 from .worker import Job, running_loop
 
 #: seconds of quiet after a click before its view is drawn (quick clicks draw once)
 DEFER = 0.02
+
+#: how many alternatives of the current step get a click-to-branch button
+ALTERNATIVE_BUTTONS = 6
 
 #: the settings that decide where a run ends by length
 LENGTH_FIELDS = ("max_new_tokens", "max_length")
@@ -239,6 +243,19 @@ class StepDebugger(LiveView):
         )
         self.force_button = button("Take this token", tooltip="redo the current step with it")
         self.forced_view = widgets.HTML()
+        #: click to branch: one button per alternative of the current step (a fork takes
+        #: it; mouse or Tab + Enter), a fixed set whose labels follow the step
+        self.alt_buttons = [button(" ") for _ in range(ALTERNATIVE_BUTTONS)]
+        for b in self.alt_buttons:
+            b.add_class("genlab-alternative")
+            b.on_click(lambda btn: self._click(self.branch, btn.token_id))
+        self.alt_label = widgets.HTML("continue with:")
+        self.tree = BranchTree(
+            lambda: self.runs,
+            lm.tokenizer,
+            on_continue=lambda i, keep: self._click(self.continue_from, i, keep),
+            active=lambda: self.run,
+        )
         self.clear_button = button("Clear queue", tooltip="drop the tokens queued to be forced")
         self.clear_button.layout.display = "none"
         self.waterfall_view = widgets.HTML()
@@ -271,19 +288,22 @@ class StepDebugger(LiveView):
             self.progress,
         )
         forcing = controls_row(self.candidates, self.token_box, self.force_button)
+        branching = controls_row(self.alt_label, *self.alt_buttons)
         self.figure_box = scroll_box(self.waterfall_image)
         self.figure_note = widgets.HTML()
         self.tabs = widgets.Tab(
             children=[
-                widgets.VBox([self.waterfall_view, forcing]),
+                widgets.VBox([self.waterfall_view, forcing, branching]),
                 widgets.VBox([self.figure_note, self.figure_box]),
                 self.history_view,
                 self.panel,
+                self.tree,
             ],
-            titles=["Current step", "Waterfall figure", "History", "Settings"],
+            titles=["Current step", "Waterfall figure", "History", "Settings", "Branches"],
         )
         self.tabs.observe(lambda _: self.guard(self._show_figure), names="selected_index")
         self.tabs.observe(self._settings_shown, names="selected_index")
+        self.tabs.observe(lambda _: self.guard(self._show_tree), names="selected_index")
         super().__init__(
             [
                 widgets.HTML(FOCUS_CSS),
@@ -411,22 +431,58 @@ class StepDebugger(LiveView):
     def _rewind_typed(self) -> None:
         self.rewind(parse_int(self.rewind_count.value, "rewind count", 0, self.run.step_index))
 
-    def fork(self) -> Run:
-        """Copy the active run and switch to the copy; returns it."""
+    def fork(self, source: Run | None = None, keep: int | None = None) -> Run:
+        """Copy the active run (or ``source``) and switch to the copy; returns it.
+        ``keep``: the copy is rewound to its first ``keep`` tokens (nothing queued to be
+        forced), to go on from there; the original stays as it is."""
         with self._lock:
-            other = self.run.fork()
-            self._forced_spans[id(other)] = list(self._forced_spans.get(id(self.run), []))
+            source = self.run if source is None else source
+            other = source.fork()
+            spans = list(self._forced_spans.get(id(source), []))
+            if keep is not None and keep < other.step_index:
+                other.rewind(other.step_index - keep)
+                other.clear_forced()
+                spans = [s for s in spans if s[1] <= keep]
+            self._forced_spans[id(other)] = spans
             self.runs.append(other)
             self.run = other
             self.panel.bind(other.config)
-            self._picking = True
-            try:
-                self.run_picker.options = [(f"run {i}", i) for i in range(len(self.runs))]
-                self.run_picker.value = len(self.runs) - 1
-            finally:
-                self._picking = False
+            self._list_runs(len(self.runs) - 1)
         self._changed()
         return other
+
+    def _list_runs(self, shown: int) -> None:
+        """The run picker lists every run, ``shown`` selected (no select_run call)."""
+        self._picking = True
+        try:
+            self.run_picker.options = [(f"run {i}", i) for i in range(len(self.runs))]
+            self.run_picker.value = shown
+        finally:
+            self._picking = False
+
+    def branch(self, token) -> Run:
+        """Click to branch: a fork of the active run that takes ``token`` (an id: an
+        alternative of the current step; or a text) at the current step instead, as
+        :meth:`force` does; the original run stays. Returns the fork, now active."""
+        with self._lock:
+            source = self.run
+            other = self.fork()
+            try:
+                self.force(token)
+            except Exception:  # a refused token leaves no fork behind
+                self.runs.remove(other)
+                self._forced_spans.pop(id(other), None)
+                self._list_runs(self.runs.index(source))
+                self.select_run(self.runs.index(source))
+                raise
+        return other
+
+    def continue_from(self, index: int, keep: int) -> Run:
+        """A fork of ``runs[index]`` keeping its first ``keep`` tokens, made the active
+        run (the BranchTree's Continue from here); returns it."""
+        if not isinstance(index, int) or not 0 <= index < len(self.runs):
+            raise ValueError(f"run index must be in [0, {len(self.runs) - 1}], got {index!r}")
+        return self.fork(self.runs[index], keep=keep)
 
     def select_run(self, index: int) -> None:
         """Make ``runs[index]`` the active run."""
@@ -525,6 +581,9 @@ class StepDebugger(LiveView):
             parts.append(self.panel.static_html())
         else:
             parts += [self.waterfall_view.value, png_html(self.waterfall_png, "waterfall")]
+        if len(self.runs) > 1:  # the runs explored, as a tree
+            self.tree.refresh()
+            parts += ["<b>branches</b>", self.tree.view.value]
         return f'<div class="genlab-static">{"".join(parts)}</div>'
 
     # -- internals -----------------------------------------------------------------------
@@ -559,6 +618,7 @@ class StepDebugger(LiveView):
         return ok
 
     SETTINGS_TAB = 3  # of self.tabs: Current step, Waterfall figure, History, Settings
+    TREE_TAB = 4  # ... Branches
 
     def _settings_shown(self, change) -> None:
         """The Settings tab shown for the first time: open its logits group there (its
@@ -716,8 +776,10 @@ class StepDebugger(LiveView):
             show_figure(self.waterfall_image, None)
             self.waterfall_png = b""
             self.candidates.options = []
+            self._show_alternatives([])
             return
         self.figure_note.value = ""
+        self._show_tree()
         self.waterfall_view.value = (
             f"<b>step {step}</b>: the distribution after each stage" + waterfall_html(trace, step)
         )
@@ -732,9 +794,36 @@ class StepDebugger(LiveView):
         taken = [int(i) for i, c in zip(final.token_id, final.chosen, strict=True) if c]
         if taken:
             self.candidates.value = taken[0]  # never blank: the token taken at this step
+        self._show_alternatives(
+            [(int(i), t, p) for t, p, i, c in zip(final.token, final.prob, final.token_id,
+                                                  final.chosen, strict=True) if not c]
+        )  # fmt: skip
         self.waterfall_png = b""
         if self.tabs.selected_index == 1:
             self._show_figure()
+
+    def _show_alternatives(self, alternatives: list[tuple[int, str, float]]) -> None:
+        """Label the click-to-branch buttons with the current step's alternatives."""
+        padded = (alternatives + [None] * len(self.alt_buttons))[: len(self.alt_buttons)]
+        for b, alt in zip(self.alt_buttons, padded, strict=True):
+            if alt is None:
+                b.layout.display = "none"
+                b.token_id = None
+                continue
+            tid, tok, p = alt
+            b.token_id = tid
+            b.description = f"{show_token(tok)} {prob_text(p)}"
+            b.tooltip = (
+                f"continue with {show_token(tok)} (p={prob_text(p)}) at step "
+                f"{self.current_step}: a fork, this run stays"
+            )
+            b.layout.display = None
+        self.alt_label.layout.display = None if alternatives else "none"
+
+    def _show_tree(self) -> None:
+        """The Branches tab, drawn while it is shown."""
+        if self.tabs.selected_index == self.TREE_TAB:
+            self.tree.refresh()
 
     def _show_figure(self) -> None:
         """The matplotlib waterfall, drawn only while its tab is open (it takes longer
