@@ -56,19 +56,6 @@ def _uniform(rows: int, device: Any, generator: torch.Generator | None) -> torch
     return torch.rand(rows, generator=generator, device=device)
 
 
-def _finite_sorted(row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The candidates of one row of scores, highest first: (values, token ids)."""
-    ids = torch.nonzero(torch.isfinite(row)).squeeze(1)
-    values, order = torch.sort(row[ids], descending=True, stable=True)
-    return values, ids[order]
-
-
-def _keep_only(row: torch.Tensor, keep_ids: torch.Tensor) -> torch.Tensor:
-    out = torch.full_like(row, -math.inf)
-    out[keep_ids] = row[keep_ids]
-    return out
-
-
 # ---------------------------------------------------------------------------------------
 # DRY
 # ---------------------------------------------------------------------------------------
@@ -385,20 +372,22 @@ class XTCLogitsWarper(LogitsProcessor):
         drawn = _uniform(rows, scores.device, self.generator).tolist()
         out, reports = None, []
         for row in range(rows):
-            values, ids = _finite_sorted(scores[row])
-            if len(ids) < 2 or drawn[row] > self.probability:
+            finite = int(torch.isfinite(scores[row]).sum())
+            if finite < 2 or drawn[row] > self.probability:
                 reports.append(XtcReport(drawn[row], False, ()))
                 continue
-            probs = torch.softmax(values.float(), dim=-1)
-            above = int((probs >= self.threshold).int().cumprod(0).sum())
+            probs = torch.softmax(scores[row].float(), dim=-1)
+            # the tokens at or above the threshold lead the sorted candidates: count them
+            above = int((probs >= self.threshold).sum())
             remove = above - 1  # all above the threshold but the least likely of them
-            if remove <= 0 or len(ids) - remove < self.min_tokens_to_keep:
+            if remove <= 0 or finite - remove < self.min_tokens_to_keep:
                 reports.append(XtcReport(drawn[row], False, ()))
                 continue
+            top = torch.topk(probs, remove).indices
             if out is None:
                 out = scores.clone()
-            out[row, ids[:remove]] = -math.inf
-            reports.append(XtcReport(drawn[row], True, tuple(ids[:remove].tolist())))
+            out[row, top] = -math.inf
+            reports.append(XtcReport(drawn[row], True, tuple(top.tolist())))
         self.last_report = self.reports[length] = reports
         return scores if out is None else out
 
@@ -459,15 +448,14 @@ class _Mirostat(LogitsProcessor):
         for row in range(scores.shape[0]):
             prefix = tuple(input_ids[row].tolist())
             mu = self._mu_for(row, prefix)
-            values, ids = _finite_sorted(scores[row])
-            kept = self._kept_count(values.float(), mu)
-            keep = ids[:kept]
+            probs = torch.softmax(scores[row].float(), dim=-1)
+            keep = self._kept_ids(probs, mu)
             out[row, keep] = scores[row, keep]
-            log2p = torch.full((scores.shape[-1],), -math.inf, dtype=torch.float32)
-            log2p[keep.cpu()] = torch.log2(torch.softmax(values[:kept].float().cpu(), dim=-1))
-            self._mu[prefix], self._kept[prefix] = mu, kept
-            self._pending[row] = (prefix, mu, log2p)
-            reports.append(MirostatStep(mu, kept, None))
+            log2p = torch.full_like(probs, -math.inf)
+            log2p[keep] = torch.log2(torch.softmax(scores[row, keep].float(), dim=-1))
+            self._mu[prefix], self._kept[prefix] = mu, len(keep)
+            self._pending[row] = (prefix, mu, log2p.cpu())
+            reports.append(MirostatStep(mu, len(keep), None))
         self.last_report = reports
         return out
 
@@ -483,7 +471,8 @@ class _Mirostat(LogitsProcessor):
             return _f32(_f32(mu) - _f32(self.eta) * _f32(_f32(surprise) - _f32(self.tau)))
         return _f32(2.0 * self.tau)
 
-    def _kept_count(self, sorted_logits: torch.Tensor, mu: float) -> int:
+    def _kept_ids(self, probs: torch.Tensor, mu: float) -> torch.Tensor:
+        """The ids kept, from one row's probabilities (vocab,) and μ."""
         raise NotImplementedError
 
     def history(self, tokens: Sequence[int] | torch.Tensor, start: int = 0) -> list[MirostatStep]:
@@ -536,31 +525,24 @@ class MirostatLogitsWarper(_Mirostat):
         super().__init__(tau, eta)
         self.m = check_int("mirostat_m", m, minimum=2)
 
-    def _kept_count(self, sorted_logits: torch.Tensor, mu: float) -> int:
-        size = len(sorted_logits)
-        probs = torch.softmax(sorted_logits, dim=-1)
+    def _kept_ids(self, probs: torch.Tensor, mu: float) -> torch.Tensor:
+        size = int((probs > 0).sum())
         n = min(self.m - 1, size - 1)
         if n < 1:
-            return 1
-        i = torch.arange(n, dtype=torch.float32)
+            return torch.topk(probs, 1).indices
+        top = torch.topk(probs, n + 1).values  # the m most likely, highest first
+        i = torch.arange(n, dtype=torch.float32, device=probs.device)
         t = torch.log((i + 2) / (i + 1))
-        b = torch.log(probs[:n] / probs[1 : n + 1])
+        b = torch.log(top[:n] / top[1 : n + 1])
         s_hat = float((t * b).sum() / (t * t).sum())
         eps = s_hat - 1
-        vocab = self._vocab or size
         try:
-            k = ((eps * 2.0**mu) / (1 - vocab ** (-eps))) ** (1 / s_hat)
+            k = ((eps * 2.0**mu) / (1 - len(probs) ** (-eps))) ** (1 / s_hat)
         except (OverflowError, ZeroDivisionError):
             k = math.inf
         if isinstance(k, complex) or not math.isfinite(k):
-            return size
-        return max(1, min(int(k), size))
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        self._vocab = scores.shape[-1]
-        return super().__call__(input_ids, scores)
-
-    _vocab: int | None = None
+            k = size
+        return torch.topk(probs, max(1, min(int(k), size))).indices
 
 
 class MirostatV2LogitsWarper(_Mirostat):
@@ -579,11 +561,10 @@ class MirostatV2LogitsWarper(_Mirostat):
 
     stage_name = "mirostat_v2"
 
-    def _kept_count(self, sorted_logits: torch.Tensor, mu: float) -> int:
-        probs = torch.softmax(sorted_logits, dim=-1)
-        too_surprising = -torch.log2(probs) > mu
-        kept = int((~too_surprising).int().cumprod(0).sum())
-        return max(kept, 1)
+    def _kept_ids(self, probs: torch.Tensor, mu: float) -> torch.Tensor:
+        # the tokens whose surprise is at most μ lead the sorted candidates
+        keep = torch.nonzero(-torch.log2(probs) <= mu).squeeze(1)
+        return keep if len(keep) else torch.topk(probs, 1).indices
 
 
 # ---------------------------------------------------------------------------------------
