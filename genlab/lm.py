@@ -347,6 +347,14 @@ class LM:
 
         return score(self, text, **kwargs)
 
+    def compare(self, other, prompts=None, **kwargs):
+        """How ``other`` (another LM on the same vocabulary: a quantized copy, another
+        dtype) differs from this LM token by token: top-1 agreement and KL per position of
+        this LM's greedy continuations (a DataFrame; see :func:`genlab.agreement.compare`)."""
+        from .agreement import compare
+
+        return compare(self, other, prompts, **kwargs)
+
     def logit_lens(self, source, **kwargs):
         """Each layer's next-token prediction for ``source``: a run, a result, or a prompt
         (text, messages or ids): see :func:`genlab.inside.logit_lens`."""
@@ -470,6 +478,7 @@ def load(
     *,
     revision: str | None = None,
     dtype: Any = None,
+    quantization: str | None = None,
 ) -> LM:
     """Load a model for exploration.
 
@@ -485,6 +494,10 @@ def load(
         dtype: the weights' dtype for a name or folder on a built-in decoder: float32 (the
             default, exact), ``torch.bfloat16`` (half the memory, faster on CPUs with
             bfloat16 instructions) or ``torch.float16`` (for CUDA).
+        quantization: ``"int4"`` or ``"int8"`` for a name or folder on a built-in Llama-family
+            decoder: the matrices in 4 or 8 bits, multiplied by torch's CPU kernels (the demo's
+            int4 weights are its GGUF file's own blocks). Less memory, another model: see
+            :meth:`LM.compare` for what it changes.
 
     The last three lines are not run as a test: they need the Hugging Face Hub.
 
@@ -498,11 +511,22 @@ def load(
     if isinstance(source, (str, os.PathLike)):
         from .models import load_model
 
-        model, tok = load_model(source, revision=revision, dtype=dtype)
-        lm = LM(model, tokenizer if tokenizer is not None else tok, name=str(source))
+        model, tok = load_model(source, revision=revision, dtype=dtype, quantization=quantization)
+        name = str(source) if quantization is None else f"{source} ({quantization})"
+        lm = LM(model, tokenizer if tokenizer is not None else tok, name=name)
         # how to load it again elsewhere (genlab.sweep's executor= sends this to workers)
-        lm.load_args = {"source": source, "revision": revision, "dtype": dtype}
+        lm.load_args = {
+            "source": source,
+            "revision": revision,
+            "dtype": dtype,
+            "quantization": quantization,
+        }
         return lm
+    if quantization is not None:
+        raise ValueError(
+            f"quantization={quantization!r}: give quantization with a name or folder (the "
+            "demo, a .gguf file, a checkpoint folder); a model object is used as it is"
+        )
     if dtype is not None:
         raise ValueError(
             f"dtype={dtype!r}: give dtype with a name or folder; convert a model object "

@@ -38,11 +38,14 @@ __all__ = [
 ]
 
 
-def load_model(source: str | os.PathLike, *, revision: str | None = None, dtype=None):
+def load_model(
+    source: str | os.PathLike, *, revision: str | None = None, dtype=None, quantization=None
+):
     """(model, tokenizer) for ``source``: "demo", a .gguf file, a local folder or a Hub id.
 
     revision: a branch, tag or commit of a Hub repo (ignored for local sources); dtype: the
-    weights' dtype (None: float32; torch.bfloat16 or torch.float16).
+    weights' dtype (None: float32; torch.bfloat16 or torch.float16); quantization: "int4" or
+    "int8" (:mod:`genlab.models.quant`), with float32 only.
     The tokenizer is a :class:`Tokenizer`, or None for a checkpoint without tokenizer.json.
     Raises ValueError naming the source and what to do when it cannot be loaded.
     """
@@ -51,26 +54,35 @@ def load_model(source: str | os.PathLike, *, revision: str | None = None, dtype=
             f"source must be 'demo', a local folder, a .gguf file or a Hub repo id (a non-empty "
             f"str or path); got {source!r}"
         )
+    import torch
+
     from genlab.models.matmul import check_dtype
+    from genlab.models.quant import check_quantization
 
     dtype = check_dtype(dtype)
+    quantization = check_quantization(quantization)
+    if quantization is not None and dtype != torch.float32:
+        raise ValueError(
+            f"quantization={quantization!r} with dtype={dtype}: quantized weights take float32 "
+            "activations; leave dtype out (or float32)"
+        )
     if isinstance(source, str) and source == DEMO_SOURCE:
-        return load_demo(dtype=dtype)
+        return load_demo(dtype=dtype, quantization=quantization)
     path = Path(source)
     if path.suffix == ".gguf" and path.is_file():
         from genlab.models.gguf import load_gguf
 
-        return load_gguf(path, dtype=dtype)
+        return load_gguf(path, dtype=dtype, quantization=quantization)
     from genlab.models.checkpoints import load_checkpoint
 
-    return load_checkpoint(source, revision=revision, dtype=dtype)
+    return load_checkpoint(source, revision=revision, dtype=dtype, quantization=quantization)
 
 
-def load_demo(*, add_bos_token: bool | None = None, dtype=None):
+def load_demo(*, add_bos_token: bool | None = None, dtype=None, quantization=None):
     """(model, tokenizer) of the embedded demo model (see :func:`genlab.models.gguf.load_demo`)."""
     from genlab.models.gguf import load_demo as _load_demo
 
-    return _load_demo(add_bos_token=add_bos_token, dtype=dtype)
+    return _load_demo(add_bos_token=add_bos_token, dtype=dtype, quantization=quantization)
 
 
 # Tokenizer is read on first use: it pulls in tokenizers and jinja2 (dir() stays the default)

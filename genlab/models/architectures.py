@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,8 @@ def build_decoder(
     dtype: torch.dtype | None = torch.float32,
     packed: bool | None = None,
     consume: bool = False,
+    quantization: str | None = None,
+    blocks: dict | None = None,
 ):
     """A built-in decoder for ``config`` (a config.json dict) with weights from ``state_dict``.
 
@@ -98,6 +101,9 @@ def build_decoder(
     layout where torch supports it (the CPU, float32 and bfloat16: a copy, and the fastest
     products for any number of rows), False keeps them as row blocks (views: the decoder
     shares memory with ``state_dict``, and a tied head with the embedding).
+
+    ``quantization`` ("int4", "int8"; Llama-family decoders) stores the matrices in 4 or 8
+    bits (:mod:`genlab.models.quant`); ``blocks``: a GGUF file's own 4-bit blocks by name.
 
     ``consume=True`` empties ``state_dict`` (the loaders pass their own): each tensor is then
     freed once its packed copy exists, so that loading never holds the weights twice.
@@ -127,10 +133,20 @@ def build_decoder(
     # sizes against the tensors first: a config saying 10^9 layers fails here, at once
     check_sizes(config, {k: tuple(v.shape) for k, v in state_dict.items()}, settings)
     tensors = select_tensors(state_dict, family.expected_shapes(settings), family.prefix)
+    warn_unused_layers(config, state_dict, settings.num_layers)
     if consume:
         state_dict.clear()  # from here on ``tensors`` holds the only references
     info = model_info(full_config, settings, name, generation_defaults, family.max_positions_key)
-    return family.build(settings, tensors, info, dtype, packed=packed)
+    if quantization is None:
+        return family.build(settings, tensors, info, dtype, packed=packed)
+    if family is not FAMILIES["llama"]:
+        raise ValueError(
+            f"quantization={quantization!r} is supported for Llama-family decoders (Llama, "
+            f"Qwen2, SmolLM); {model_type!r} has no quantized form: leave quantization=None"
+        )
+    return family.build(
+        settings, tensors, info, torch.float32, quantization=quantization, blocks=blocks
+    )
 
 
 # config fields the decoders read as numbers: name -> (kind, may be None)
@@ -291,6 +307,31 @@ def check_sizes(config: dict, shapes: dict[str, tuple[int, ...]], settings: Any 
             if "head_dim" not in config or d == 0 or found[0] % d == 0:
                 refuse(field, heads, tensor, found, 0, f" (x head_dim {d} = {heads * d} rows)")
             refuse("head_dim", d, tensor, found, 0, f" (x {field} {heads} = {heads * d} rows)")
+
+
+def warn_unused_layers(config: dict, state_dict: dict, num_layers: int) -> None:
+    """A UserWarning naming the weights of layers beyond the config's layer count: they are
+    not used (transformers 4.56.2 lists them as unused weights too)."""
+    kind = MODEL_TYPES[config["model_type"]]
+    extra = sorted(
+        (int(m.group(1)), name)
+        for name, m in ((n, LAYER_NAMES[kind].match(n)) for n in state_dict)
+        if m and int(m.group(1)) >= num_layers
+    )
+    if not extra:
+        return
+    field = _field(config, "num_hidden_layers" if kind == "llama" else "n_layer")
+    held = extra[-1][0] + 1
+    names = [name for _, name in extra]
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    warnings.warn(
+        f"the weights hold {held} layers but config field {field}={num_layers}: the "
+        f"{len(names)} tensor(s) of layers {num_layers}..{held - 1} are not used ({shown}). "
+        f"Set {field}={held} in config.json to use them, or ignore this if the model is "
+        "cut to its first layers on purpose.",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def select_tensors(

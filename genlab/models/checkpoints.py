@@ -467,7 +467,9 @@ def looks_like_a_path(source: str | os.PathLike) -> bool:
     )
 
 
-def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None, dtype=None):
+def load_checkpoint(
+    source: str | os.PathLike, *, revision: str | None = None, dtype=None, quantization=None
+):
     """(model, tokenizer) from a transformers-style folder or Hub repo id, on a built-in decoder.
 
     dtype: the weights' dtype (None: float32).
@@ -491,6 +493,7 @@ def load_checkpoint(source: str | os.PathLike, *, revision: str | None = None, d
         generation_defaults=checkpoint.generation_defaults,
         consume=True,  # the checkpoint's own dict: free each tensor once it is packed
         dtype=dtype or torch.float32,
+        quantization=quantization,
     )
     return model, checkpoint.tokenizer
 

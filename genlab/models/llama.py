@@ -491,8 +491,14 @@ class LlamaDecoder(BuiltinDecoder):
         dtype: torch.dtype | None = torch.float32,
         parts: int | None = None,
         packed: bool | None = None,
+        quantization: str | None = None,
+        blocks: dict | None = None,
     ) -> LlamaDecoder:
         """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked).
+
+        quantization: "int4" or "int8" (:mod:`genlab.models.quant`): the matrices quantized,
+        the norms applied unfolded, the embedding and head int8; blocks: a GGUF file's own
+        4-bit blocks by tensor name (``(codes, scale, minimum)``), used as they are for int4.
 
         packed: the matrices' form (see :func:`~genlab.models.matmul.pack_weight`): None
         packs them where oneDNN works (the default), False keeps row blocks; parts: row
@@ -501,6 +507,8 @@ class LlamaDecoder(BuiltinDecoder):
         ``tensors`` are removed as they are used (the caller's dict is emptied).
         """
         threads.configure()  # thread defaults for shared machines (genlab/threads.py)
+        if quantization is not None:
+            packed, parts = False, 1  # views until quantized: never a packed copy
         # the matrices' form and row blocks: as given, else measured (matmul.decoder_form)
         choice, packed, target = decoder_form(tensors, dtype, packed, parts)
 
@@ -511,12 +519,19 @@ class LlamaDecoder(BuiltinDecoder):
         def maybe(name: str) -> torch.Tensor | None:
             return get(name) if name in tensors else None
 
-        def pack(weight: torch.Tensor) -> torch.Tensor:
-            return pack_weight(weight, target, packed)
+        def pack(weight: torch.Tensor, parts_of=()) -> torch.Tensor:
+            """The matrix in its form; quantized, from the file's blocks of ``parts_of``
+            ((name, row order or None) for each part, in order) where it has them."""
+            if quantization is None:
+                return pack_weight(weight, target, packed)
+            from .quant import blocks_of, quantize_matrix
+
+            return quantize_matrix(weight, quantization, blocks_of(blocks, parts_of))
 
         nh, nkv = settings.num_heads, settings.num_kv_heads
         norm_scale = math.sqrt(settings.hidden_size)
         low = (dtype or tensors["model.embed_tokens.weight"].dtype) != torch.float32
+        low = low or quantization is not None  # the norms cannot be folded into 4-bit blocks
         layers = []
         for i in range(settings.num_layers):
             p = f"model.layers.{i}."
@@ -537,6 +552,11 @@ class LlamaDecoder(BuiltinDecoder):
                 ],
                 attn_fold,
             )
+            qkv_parts = [
+                (a + "q_proj.weight", lambda t: rope_row_order(t, nh)),
+                (a + "k_proj.weight", lambda t: rope_row_order(t, nkv)),
+                (a + "v_proj.weight", None),
+            ]
             qkv_bias = None
             if settings.qkv_bias:
                 qkv_bias = torch.cat([
@@ -550,20 +570,29 @@ class LlamaDecoder(BuiltinDecoder):
                 gate_up_bias = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")])
             layers.append(
                 LlamaLayer(
-                    qkv=pack(qkv),
+                    qkv=pack(qkv, qkv_parts),
                     qkv_bias=qkv_bias,
-                    o=pack(get(a + "o_proj.weight")),
+                    o=pack(get(a + "o_proj.weight"), [(a + "o_proj.weight", None)]),
                     o_bias=maybe(a + "o_proj.bias"),
-                    gate_up=pack(gate_up),
+                    gate_up=pack(
+                        gate_up, [(m + "gate_proj.weight", None), (m + "up_proj.weight", None)]
+                    ),
                     gate_up_bias=gate_up_bias,
-                    down=pack(get(m + "down_proj.weight")),
+                    down=pack(get(m + "down_proj.weight"), [(m + "down_proj.weight", None)]),
                     down_bias=maybe(m + "down_proj.bias"),
                     attn_norm=attn_norm if low else None,
                     mlp_norm=mlp_norm if low else None,
                 )
             )
         embed = get("model.embed_tokens.weight").contiguous()
-        head = pack(embed if settings.tie_word_embeddings else get("lm_head.weight"))
+        if quantization is not None:  # int8 rows, one scale per token (genlab.models.quant)
+            from .quant import Int8Weight
+
+            embed = Int8Weight.quantize(embed)
+            tied = settings.tie_word_embeddings
+            head = embed if tied else Int8Weight.quantize(get("lm_head.weight"))
+        else:
+            head = pack(embed if settings.tie_word_embeddings else get("lm_head.weight"))
         norm = get("model.norm.weight").contiguous()
         model = cls(settings, info, embed, layers, norm, head)
         model.form_choice = choice  # None when the caller chose the form
@@ -573,7 +602,9 @@ class LlamaDecoder(BuiltinDecoder):
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings: (rows, new) -> (rows, new, hidden)."""
-        return F.embedding(input_ids, self.embed)
+        if isinstance(self.embed, torch.Tensor):
+            return F.embedding(input_ids, self.embed)
+        return self.embed.rows(input_ids)  # int8 rows (quantization)
 
     def forward(
         self,

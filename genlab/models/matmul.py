@@ -383,6 +383,8 @@ def dense_weight(weight: torch.Tensor | TwoForms) -> torch.Tensor:
     """A weight of :func:`pack_weight` back as the plain (out, in) matrix (for inspection)."""
     if type(weight) is TwoForms:
         weight = weight.split
+    if not isinstance(weight, torch.Tensor):  # quantized: what its codes stand for
+        return weight.dense()
     if weight.is_mkldnn:
         return weight.to_dense()
     return weight.reshape(-1, weight.shape[-1])
@@ -391,7 +393,7 @@ def dense_weight(weight: torch.Tensor | TwoForms) -> torch.Tensor:
 def out_features(weight: torch.Tensor | TwoForms) -> int:
     """The number of outputs of a weight in either form (packed (out, in); split
     (parts, out // parts, in))."""
-    if type(weight) is TwoForms:
+    if type(weight) is TwoForms or not isinstance(weight, torch.Tensor):
         return weight.shape[0]
     return weight.shape[0] if weight.dim() == 2 else weight.shape[0] * weight.shape[1]
 
@@ -401,6 +403,8 @@ def matmul(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = Non
     None -> (m, out). Under ``torch.compile`` the operator ``genlab::matmul``."""
     if type(weight) is TwoForms:  # one row: the split view; more: the packed copy
         weight = weight.split if x.shape[0] == 1 else weight.packed
+    elif not isinstance(weight, torch.Tensor):  # 4 or 8 bits (genlab.models.quant)
+        return weight.matmul(x, add)
     if torch.compiler.is_compiling():
         return torch.ops.genlab.matmul(x, weight, add)
     return _matmul(x, weight, add)
