@@ -106,3 +106,24 @@ def test_the_tree_has_a_static_view_with_hover_details(uniform, tmp_path):
     assert "genlab-tree-node" in path.read_text(encoding="utf-8")
     saved = dbg.save_html(tmp_path / "debugger.html").read_text(encoding="utf-8")
     assert "genlab-tree-node" in saved  # the debugger's view has the tree once it forks
+
+
+def test_the_playground_continues_from_a_clicked_alternative_and_keeps_its_result(uniform):
+    from genlab.widgets.playground import Playground
+
+    pg = Playground(uniform, "a", max_new_tokens=6)
+    original = pg.result.text
+    pg.branch_at.value = 2
+    shown = [b for b in pg.alt_buttons if b.layout.display is None]
+    taken = int(pg.table.token_id[2])
+    assert shown and all(b.token_id != taken for b in shown)  # alternatives of token 2
+    want = shown[1].token_id
+    shown[1].click()  # mouse, or Tab + Enter: a Button
+    assert pg.error is None and len(pg.branches) == 1 and pg.result.text == original
+    branch = pg.branches[0]
+    ids_branch = branch.run.sequences[0, branch.run.prompt_length :].tolist()
+    assert ids_branch[:3] == [*pg.table.token_id[:2].tolist(), want] and len(ids_branch) == 6
+    assert "branch 1: from token 2" in pg.branch_view.value
+    assert "branch 1" in pg.static_html()
+    with pytest.raises(ValueError, match="position must be a token of the result"):
+        pg.branch(99, want)
