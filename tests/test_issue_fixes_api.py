@@ -210,3 +210,29 @@ def test_plots_take_a_result_and_say_what_to_pass_otherwise(table_lm):
             draw(untraced)
     with pytest.raises(ValueError, match="topk_bars draws a recorded trace, got str"):
         plots.topk_bars("the", step=0)
+
+
+def test_table_plots_take_a_traced_result_and_the_others_name_what_they_draw(table_lm, model):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from genlab import plots
+
+    drafted = table_lm.generate(
+        "the dog the dog the", prompt_lookup_num_tokens=2, max_new_tokens=6, trace=True
+    )
+    assert plots.acceptance_plot(drafted).axes  # assisted_table(res.trace), built for you
+    contrastive = genlab.start(model, IDS[:1], penalty_alpha=0.6, top_k=4, max_new_tokens=3,
+                               trace=True)  # fmt: skip
+    contrastive.run()
+    assert plots.contrastive_plot(contrastive).axes
+    res = table_lm.generate("the", max_new_tokens=2)
+    for draw, want in [
+        (plots.lens_heatmap, r"lens_heatmap draws a Lens, got GenerationResult: .*logit_lens"),
+        (plots.attention_heatmap, r"draws an Attention, got GenerationResult: .*attention\("),
+        (plots.score_bars, r"score_bars draws a text's scores, .*lm\.score\(text\)"),
+        (plots.sweep_metrics, r"sweep_metrics draws a sweep, .*genlab\.sweep\("),
+        (plots.acceptance_plot, r"acceptance_plot draws a recorded trace, and this "),
+    ]:
+        with pytest.raises(ValueError, match=want):
+            draw(res)

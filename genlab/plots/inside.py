@@ -19,6 +19,13 @@ SMALL = 8.5
 MAX_WIDTH = 7.2  # inches: 720 px at 100 dpi, inside 768 px of notebook output
 
 
+def _expect(value, attribute: str, plot: str, what: str, make: str) -> None:
+    """ValueError naming what ``plot`` draws and the call that makes it, when ``value`` is
+    something else (a generation result, say)."""
+    if not hasattr(value, attribute):
+        raise ValueError(f"{plot} draws {what}, got {type(value).__name__}: pass {make}")
+
+
 def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -50,6 +57,7 @@ def lens_heatmap(
 
     >>> genlab.plots.lens_heatmap(genlab.logit_lens(res))            # doctest: +SKIP
     """
+    _expect(lens, "target_prob", "lens_heatmap", "a Lens", "genlab.logit_lens(res)")
     cols = list(range(len(lens.steps))) if steps is None else [lens.steps.index(s) for s in steps]
     rows = list(range(lens.num_layers + 1)) if layers is None else list(layers)
     probs = lens.target_prob[rows][:, cols].numpy()
@@ -132,6 +140,7 @@ def attention_heatmap(
 
     >>> genlab.plots.attention_heatmap(genlab.attention(res, step=5))  # doctest: +SKIP
     """
+    _expect(att, "weights", "attention_heatmap", "an Attention", "genlab.attention(res, step=0)")
     if metric not in ("entropy", "max_weight"):
         raise ValueError(f"metric={metric!r}: choose 'entropy' or 'max_weight'")
     w = att.weights.numpy()  # (layers, heads, keys)
@@ -201,6 +210,7 @@ def score_bars(scores, row: int = 0, *, width: float | None = None) -> Figure:
 
     >>> genlab.plots.score_bars(lm.score("The capital of France is Paris."))  # doctest: +SKIP
     """
+    _expect(scores, "table", "score_bars", "a text's scores", "lm.score(text)")
     t = scores.table[scores.table.row == row]
     n = len(t)
     fig = Figure(
@@ -261,6 +271,7 @@ def sweep_metrics(
     """
     from ..sweeps import METRICS
 
+    _expect(sw, "metrics", "sweep_metrics", "a sweep", "genlab.sweep(lm, prompt, grid)")
     metrics = list(metrics or METRICS)
     unknown = [m for m in metrics if m not in sw.metrics.columns]
     if unknown:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..trace import assisted_table, contrastive_table, trace_of
 from .tokens import label
 
 ACCEPTED = "#2d9d5a"
@@ -40,13 +41,21 @@ def _require(table, columns: list[str], made_by: str) -> None:
         raise ValueError(f"the table lacks columns {missing}: build it with {made_by}")
 
 
+def _table(source, build, plot: str):
+    """``source`` when it is a DataFrame, else the table ``build`` makes from its trace (a
+    result of ``lm.generate(..., trace=True)``, a traced run, or a Trace)."""
+    if isinstance(source, pd.DataFrame):
+        return source
+    return build(trace_of(source, plot))
+
+
 def acceptance_plot(table: pd.DataFrame, ax=None, figsize=(7, 3)) -> Figure:
     """Stacked bars per iteration: accepted draft tokens, rejected ones, and the model's own
     token; a step line shows the draft budget (``num_assistant_tokens``).
 
     table: ``assisted_table(...)`` (columns step, n_drafted, n_accepted, n_added,
-    num_assistant_tokens); ax: draw into this axes instead of a new figure; figsize: the new
-    figure's size in inches.
+    num_assistant_tokens), or the traced result it is built from; ax: draw into this axes
+    instead of a new figure; figsize: the new figure's size in inches.
 
     >>> import pandas as pd
     >>> t = pd.DataFrame({"step": [0, 1], "n_drafted": [4, 4], "n_accepted": [4, 1],
@@ -54,6 +63,7 @@ def acceptance_plot(table: pd.DataFrame, ax=None, figsize=(7, 3)) -> Figure:
     >>> acceptance_plot(t).axes[0].get_xlabel()
     'iteration'
     """
+    table = _table(table, assisted_table, "acceptance_plot")
     _require(table, ["step", "n_drafted", "n_accepted", "num_assistant_tokens"], "assisted_table")
     fig, ax = _axes(ax, figsize)
     x = range(len(table))
@@ -79,8 +89,9 @@ def contrastive_plot(table: pd.DataFrame, step: int = 0, row: int = 0, ax=None,
     """For one step and row of ``contrastive_table``: each candidate's confidence,
     degeneration penalty and combined score; the chosen one is outlined.
 
-    table: ``contrastive_table(...)``; step, row: which step and row to draw; ax: draw into
-    this axes instead of a new figure; figsize: the new figure's size in inches.
+    table: ``contrastive_table(...)``, or the traced result it is built from; step, row:
+    which step and row to draw; ax: draw into this axes instead of a new figure; figsize:
+    the new figure's size in inches.
 
     >>> import pandas as pd
     >>> c = pd.DataFrame({"step": [0, 0], "row": [0, 0], "candidate": [0, 1],
@@ -89,6 +100,7 @@ def contrastive_plot(table: pd.DataFrame, step: int = 0, row: int = 0, ax=None,
     >>> contrastive_plot(c).axes[0].get_title()
     'contrastive search, step 0'
     """
+    table = _table(table, contrastive_table, "contrastive_plot")
     _require(table, ["step", "row", "token_id", "confidence", "penalty", "score", "chosen"],
              "contrastive_table")  # fmt: skip
     part = table[(table["step"] == step) & (table["row"] == row)]
