@@ -169,6 +169,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16
 .genlab-static { max-width: 100%; overflow-wrap: break-word; }
 .genlab-static table { max-width: none; }
 .genlab-static [title] { cursor: help; }
+.genlab-static .genlab-tree, .genlab-static .genlab-frame { max-height: none !important; }
 </style>"""
 
 

@@ -242,7 +242,10 @@ def frame_html(
                 cells[i + 1] = f"<td{attrs}>" + cells[i + 1]
             rows[r] = cells[0] + "".join(cells[1:])
         table = "<tr>".join(rows)
-    return f'<div style="max-height:360px;max-width:100%;overflow:auto">{TABLE_CSS}{table}</div>'
+    return (
+        f'<div class="genlab-frame" style="max-height:360px;max-width:100%;overflow:auto">'
+        f"{TABLE_CSS}{table}</div>"
+    )
 
 
 def message(text: str, kind: str = "info") -> str:

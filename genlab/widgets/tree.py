@@ -95,7 +95,9 @@ def tree_html(table: pd.DataFrame, active: int | None = None) -> str:
     (step, probability, forced, runs); ``active``: the node outlined (where the active
     run is)."""
     lines = []
+    siblings = table.groupby("parent").node.count().to_dict()
     for row in table.itertuples(index=False):
+        fork = row.node != 0 and siblings.get(row.parent, 0) > 1  # a branch starts here
         tip = (
             "the prompt"
             if row.node == 0
@@ -107,10 +109,12 @@ def tree_html(table: pd.DataFrame, active: int | None = None) -> str:
         outline = "outline:2px solid #1a73e8;" if row.node == active else ""
         border = "border:2px dashed #333;" if row.forced else ""
         p = "" if row.node == 0 else f" {prob_text(row.prob)}"
+        mark = "\u21b3 " if fork else ("\u2502 " if row.node else "")  # ↳ a branch, │ on
+        gap = "margin-top:6px;" if fork else ""
         lines.append(
-            f'<div class="genlab-tree-node" style="margin-left:{1.2 * row.depth:.1f}em;'
+            f'<div class="genlab-tree-node" style="margin-left:{1.2 * row.depth:.1f}em;{gap}'
             f'white-space:nowrap" title="{html.escape(tip)}">'
-            f'<span style="color:#888">{"└ " if row.node else ""}{row.step + 1 if row.node else ""}'
+            f'<span style="color:#888">{mark}{row.step + 1 if row.node else ""}'
             f'</span> <span style="background:{colour};{outline}{border}padding:0 3px;'
             f'border-radius:3px;font-family:monospace">{html.escape(str(row.token))}</span>'
             f'<span style="color:#555;font-size:smaller">{p}</span></div>'
@@ -190,12 +194,14 @@ class BranchTree(Panel):
         """Rebuild the tree from the runs now."""
         self._table = build_tree(self._runs(), self.tokenizer)
         active = self.active_node()
+        forks = self._table.groupby("parent").node.count().to_dict()
         options = []
         for row in self._table.itertuples(index=False):
             label = (
                 "(prompt)"
                 if row.node == 0
-                else f"{'  ' * row.depth}{row.step + 1}. {row.token}  p={prob_text(row.prob)}"
+                else f"{'  ' * row.depth}{'↳ ' if forks.get(row.parent, 0) > 1 else ''}"
+                f"{row.step + 1}. {row.token}  p={prob_text(row.prob)}"
                 + ("  forced" if row.forced else "")
                 + ("  ◀ here" if row.node == active else "")
             )

@@ -8,6 +8,7 @@
 #   bash tests/browser/run.sh --broken         # self-check: panels broken on purpose
 #                                              # (GENLAB_BROKEN, default all; breaks.py):
 #                                              # every check they break must FAIL
+#   (saved_check.py: a panel's saved HTML view opened offline; run by the modes above)
 #
 # No retry: a failure is a failure (ui_check.py waits for JupyterLab's kernel connection
 # and the widget comm target before Run All, and for the state each check expects).
@@ -110,6 +111,16 @@ set -e
 # 7. The demo app as Voila serves it (tests/browser/voila_check.py starts its own server)
 if [ "$MODE" = "normal" ] && [ $RC -eq 0 ] && [ -z "${SKIP_VOILA:-}" ]; then
   "$VENV/bin/python" "$ROOT/tests/browser/voila_check.py" "$ARTIFACTS" || RC=$?
+fi
+# 8. A panel's saved view (save_html), opened offline: the text and the hover details,
+#    nothing asked of another machine (--broken: saved without them, it must fail)
+if [ "$MODE" = "normal" ] && [ $RC -eq 0 ]; then
+  "$VENV/bin/python" "$ROOT/tests/browser/saved_check.py" "$ARTIFACTS" || RC=$?
+elif [ "$MODE" = "--broken" ]; then
+  if "$VENV/bin/python" "$ROOT/tests/browser/saved_check.py" "$ARTIFACTS/broken" --broken; then
+    echo "saved views: the check passed against a view saved without its details"
+    RC=1
+  fi
 fi
 echo "browser test: $(( $(date +%s) - START )) s in all (rc $RC)"
 if [ "$MODE" = "--broken" ]; then
