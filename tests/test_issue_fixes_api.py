@@ -2,7 +2,7 @@
 
 Each argument the reference takes works as it does there, or is refused with a message that
 names the problem and the fix: ``past_key_values=None`` and ``inputs_embeds=`` (a prompt
-given as embeddings, on a transformers model),
+given as embeddings),
 ``top_p=0.0`` while sampling, classifier-free guidance's unconditional model of any kind,
 ``lm.score``'s batch size and empty texts, the loaders' messages, and the plots taking what
 ``lm.generate`` returns.
@@ -69,6 +69,22 @@ def test_inputs_embeds_generate_as_the_reference_does(model, name, kw):
     assert_same(ref, ours)
     prompt = IDS.shape[1] if "input_ids" in kw else 0
     assert ours.sequences.shape[1] == prompt + len(ours.scores)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_inputs_embeds_on_genlabs_own_decoders_as_the_reference_does(family):
+    """genlab's Llama and GPT-2 decoders take the embeddings in place of the token
+    embeddings (GPT-2 adds its position embeddings to them, as the reference does)."""
+    from helpers import tiny_gpt2
+
+    from genlab.models.architectures import build_decoder
+
+    hf = tiny_llama() if family == "llama" else tiny_gpt2()
+    builtin = build_decoder(hf.config.to_dict(), hf.state_dict())
+    embeds = hf.get_input_embeddings()(IDS).detach() + 0.01
+    for kw in (dict(max_new_tokens=5), dict(attention_mask=MASK, num_beams=2, max_new_tokens=4)):
+        ref = hf.generate(inputs_embeds=embeds, do_sample=False, **kw, **OUT)
+        assert_same(ref, genlab.generate(builtin, inputs_embeds=embeds, **kw, **OUT))
 
 
 def test_inputs_embeds_refused_where_they_cannot_work(model):

@@ -9,8 +9,9 @@ output starts with them).
 :class:`EmbedsPrompt` wraps a genlab-protocol model so that the run's step loop needs to know
 nothing of this: its first forward (an empty cache) feeds the embeddings, and every forward
 sees the embeddings' attention mask in front of the run's own when the run has no prompt ids.
-The wrapped model's ``forward`` must take ``inputs_embeds=`` (the transformers adapter does);
-other models are refused before any work, as the reference refuses a model class without it.
+The wrapped model's ``forward`` must take ``inputs_embeds=`` (genlab's built-in decoders and
+the transformers adapter do); other models are refused before any work, as the reference
+refuses a model class without it.
 """
 
 from __future__ import annotations
@@ -121,9 +122,9 @@ def prompt_embeds(model: Any, config: Any, embeds: Any, input_ids: Any, attentio
     name = model.info.architecture or model.info.name
     if not takes_inputs_embeds(model):
         raise ValueError(
-            f"inputs_embeds: {name} takes token ids only (genlab's built-in decoders embed the "
-            "ids themselves): pass input_ids, or load the model with transformers and pass it "
-            "(genlab.generate(hf_model, inputs_embeds=...) or genlab.load(hf_model, tokenizer))"
+            f"inputs_embeds: {name} takes token ids only (its forward has no inputs_embeds): "
+            "pass input_ids, or use a model that takes embeddings (genlab's Llama, Qwen2 and "
+            "GPT-2 decoders, or a transformers model)"
         )
     if not isinstance(embeds, torch.Tensor) or embeds.dim() != 3 or not embeds.is_floating_point():
         shape = tuple(embeds.shape) if isinstance(embeds, torch.Tensor) else type(embeds).__name__

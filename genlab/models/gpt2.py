@@ -35,6 +35,7 @@ from genlab.models.masks import (
     additive_mask,
     check_forward_inputs,
     check_positions,
+    embeds_as_ids,
     sdpa_keep_mask,
     static_keep_mask,
 )
@@ -288,29 +289,35 @@ class GPT2Decoder(BuiltinDecoder):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         taps: Taps | None = None,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> ModelOutput:
-        """Same contract as :meth:`genlab.models.llama.LlamaDecoder.forward`.
+        """Same contract as :meth:`genlab.models.llama.LlamaDecoder.forward` (``inputs_embeds``
+        take the token embeddings' place; the position embeddings are added to them).
 
         input_ids (rows, new); attention_mask (rows, cache_len + new); position_ids
         (rows, new), each < ``n_positions``. Returns float32 logits (rows, kept, vocab).
         """
         s = self.settings
+        ids = input_ids if inputs_embeds is None else embeds_as_ids(self.name, inputs_embeds)
         past, attention_mask, position_ids = check_forward_inputs(
-            self.name, input_ids, attention_mask, position_ids, cache, logits_to_keep,
+            self.name, ids, attention_mask, position_ids, cache, logits_to_keep,
             s.vocab_size, s.num_layers,
         )  # fmt: skip
         check_positions(self.name, position_ids, s.max_positions)
-        new_len = input_ids.shape[1]
+        new_len = ids.shape[1]
         if output_attentions:
             keep = _keep_mask(attention_mask, past, new_len)
             mask, is_causal = additive_mask(keep, self.dtype), False
         else:
             mask, is_causal = sdpa_keep_mask(attention_mask, past, new_len, dtype=self.dtype)
 
+        tok = (
+            self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds.to(self.dtype)
+        )
         if taps is None:
-            h = self.embed_tokens(input_ids) + F.embedding(position_ids, self.wpe)
+            h = tok + F.embedding(position_ids, self.wpe)
         else:
-            h = self._tap_start(taps, input_ids, position_ids, attention_mask, past, new_len)
+            h = self._tap_start(taps, tok, position_ids, attention_mask, past, new_len)
         hidden_states = [h] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i, block in enumerate(self.layers):
@@ -344,10 +351,11 @@ class GPT2Decoder(BuiltinDecoder):
         s, (w, b) = self.settings, self.ln_f
         return F.layer_norm(hidden, (s.hidden_size,), w, b, s.layer_norm_eps)
 
-    def _tap_start(self, taps, input_ids, position_ids, attention_mask, past, new_len):
-        """The embeddings through ``hook_embed`` and ``hook_pos_embed``, and the additive mask
-        the layers with ``attn.hook_pattern`` take."""
-        tok, pos = self.embed_tokens(input_ids), F.embedding(position_ids, self.wpe)
+    def _tap_start(self, taps, tok, position_ids, attention_mask, past, new_len):
+        """The token embeddings ``tok`` (rows, new, hidden) and the position embeddings through
+        ``hook_embed`` and ``hook_pos_embed``, and the additive mask the layers with
+        ``attn.hook_pattern`` take."""
+        pos = F.embedding(position_ids, self.wpe)
         if taps.wants("hook_embed"):
             tok = taps.fire("hook_embed", tok)
         if taps.wants("hook_pos_embed"):

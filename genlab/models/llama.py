@@ -51,6 +51,7 @@ from genlab.models.masks import (
     additive_mask,
     check_forward_inputs,
     check_positions,
+    embeds_as_ids,
     sdpa_keep_mask,
     static_keep_mask,
 )
@@ -617,10 +618,12 @@ class LlamaDecoder(BuiltinDecoder):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         taps: Taps | None = None,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> ModelOutput:
         """Run the new tokens through the model, appending their keys/values to ``cache``.
 
-        input_ids (rows, new); attention_mask (rows, cache_len + new), 0 on padding;
+        input_ids (rows, new), or ``inputs_embeds`` (rows, new, hidden) in their place (a
+        prompt given as embeddings); attention_mask (rows, cache_len + new), 0 on padding;
         position_ids (rows, new). Returns logits (rows, kept, vocab) float32 for the last
         ``logits_to_keep`` positions (0: all), hidden_states (layers + 1 tensors of
         (rows, new, hidden): embeddings first, the last after the final norm) and attentions
@@ -628,11 +631,12 @@ class LlamaDecoder(BuiltinDecoder):
         layers for this pass (:class:`~genlab.models.taps.Taps`), or None.
         """
         s = self.settings
+        ids = input_ids if inputs_embeds is None else embeds_as_ids(self.name, inputs_embeds)
         past, attention_mask, position_ids = check_forward_inputs(
-            self.name, input_ids, attention_mask, position_ids, cache, logits_to_keep,
+            self.name, ids, attention_mask, position_ids, cache, logits_to_keep,
             s.vocab_size, s.num_layers,
         )  # fmt: skip
-        new_len = input_ids.shape[1]
+        new_len = ids.shape[1]
         max_position = check_positions(self.name, position_ids, None)
         rotation = self.rope.lookup(position_ids, max_position)  # (rows, new, 1, d/2) complex
         if output_attentions:  # explicit softmax path: the reference's additive eager mask
@@ -643,7 +647,10 @@ class LlamaDecoder(BuiltinDecoder):
                 attention_mask, past, new_len, s.sliding_window, dtype=self.dtype
             )
 
-        h = self.embed_tokens(input_ids)  # (rows, new, hidden)
+        if inputs_embeds is None:
+            h = self.embed_tokens(input_ids)  # (rows, new, hidden)
+        else:
+            h = inputs_embeds.to(self.dtype)
         if taps is not None:
             h, mask = self._tap_start(
                 taps, h, mask, attention_mask, past, new_len, output_attentions

@@ -14,6 +14,18 @@ from typing import Any
 import torch
 
 
+def embeds_as_ids(model: str, inputs_embeds: torch.Tensor) -> torch.LongTensor:
+    """Token ids of zeros in the shape of ``inputs_embeds`` (rows, new, hidden), so that a
+    forward given embeddings checks its mask, positions and cache as for ids."""
+    if not isinstance(inputs_embeds, torch.Tensor) or inputs_embeds.dim() != 3:
+        shape = getattr(inputs_embeds, "shape", type(inputs_embeds).__name__)
+        raise ValueError(
+            f"{model}: inputs_embeds must be a 3-D tensor (rows, new_len, hidden); got {shape}"
+        )
+    rows, new_len = inputs_embeds.shape[:2]
+    return torch.zeros(rows, new_len, dtype=torch.long, device=inputs_embeds.device)
+
+
 def check_forward_inputs(
     model: str,
     input_ids: torch.Tensor,
