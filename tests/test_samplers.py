@@ -399,3 +399,14 @@ def test_tables_and_plot_show_what_each_sampler_did(demo):
     assert len(fig.axes[0].lines) == 3
     stages = run.tracer.trace.stages()
     assert {"DRYLogitsProcessor", "XTCLogitsWarper", "MirostatV2LogitsWarper"} <= set(stages)
+
+
+def test_samplers_passed_as_logits_processor_like_a_custom_processor(demo):
+    xtc = XTCLogitsWarper(threshold=0.05, probability=1.0)
+    res = demo.generate(
+        "Once upon a time", max_new_tokens=4, do_sample=True, seed=0, logits_processor=[xtc]
+    )
+    assert len(xtc.reports) == 4  # it ran at every step
+    assert any(r[0].fired for r in xtc.reports.values())
+    plain = demo.generate("Once upon a time", max_new_tokens=4, do_sample=True, seed=0)
+    assert res.text != plain.text  # removing the top choices changed the text
