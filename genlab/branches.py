@@ -24,20 +24,27 @@ class Branching:
     def _resume_if_longer(self) -> None:
         """A run that ended by length goes on when its limit was raised: its last step is
         computed again under the new config (so rows that ended by EOS stay ended)."""
+        if not self._can_go_on():
+            return
+        config = copy.deepcopy(self.config)
+        self._rewind(1)
+        self.config = config
+        self._step(want_record=True)
+
+    def _can_go_on(self) -> bool:
+        """Whether the run ended by length under a limit that is now higher (it then goes
+        on); a ValueError when it would but cannot (it keeps no history)."""
         st = self.state
         if not (st.finished and self._finished_by == "length" and st.step_index):
-            return
+            return False
         if int(effective_config(self.config, self.given).max_length) <= st.sequences.shape[1]:
-            return
+            return False
         if self._history is None:
             raise ValueError(
                 "this run ended by length and keeps no history, so it cannot go on: start it "
                 "with keep_history=True (lm.start does), or start a new run"
             )
-        config = copy.deepcopy(self.config)
-        self._rewind(1)
-        self.config = config
-        self._step(want_record=True)
+        return True
 
     def rewind(self, n: int = 1) -> Branching:
         """Undo the last ``n`` steps, restoring the exact earlier state: tokens, cache,

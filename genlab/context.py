@@ -93,12 +93,12 @@ class StepContext:
     @property
     def pad_token_id(self) -> int | None:
         """The id finished rows receive (the config's, else the first EOS)."""
-        return self._run.given.pad_token_id
+        return self._run.state.plan.pad_token_id
 
     @property
     def eos_token_ids(self) -> list[int]:
-        """The EOS ids as a list."""
-        return self._run.given.eos_token_ids
+        """The EOS ids as a list (the config in force)."""
+        return self._run.state.plan.eos_token_ids
 
     @property
     def has_eos_stopping(self) -> bool:

@@ -42,7 +42,7 @@ from .hooks import HookRegistry
 from .ids import check_ids
 from .inputs import forced_ids, prepare_inputs
 from .models.adapt import as_model
-from .plan import config_values, make_plan, switch_strategy
+from .plan import check_row_layout, config_values, make_plan, switch_strategy
 from .randomness import RunRandom
 from .records import Step, build_output, step_record
 from .state import RunState, Undo, initial_state
@@ -240,6 +240,7 @@ class Run(Branching):
         self._check_length(plan)
         old = state.strategy
         cls = strategy_for(plan.mode)
+        check_row_layout(old, cls, plan, state.plan)
         if type(old) is cls:
             old.config = plan.config  # beam strategies refuse changes of their row layout
             strategy = old
@@ -320,6 +321,7 @@ class Run(Branching):
                 if unused:
                     raise ValueError(f"not GenerationConfig fields: {', '.join(sorted(unused))}")
                 self._refresh_plan()
+                self._can_go_on()  # a run that cannot go on under the new limit: refused now
             except BaseException:
                 self.config = before
                 state.plan, state.strategy = plan, strategy
@@ -428,7 +430,8 @@ class Run(Branching):
                 if bar is not None:
                     bar.update(self.state.sequences.shape[1] - before)
         except KeyboardInterrupt:
-            if not keep_on_interrupt:
+            if not keep_on_interrupt:  # the run is abandoned: its streamer's reader must
+                self._end_stream(self.state)  # not wait for tokens that never come
                 raise
             warnings.warn(
                 f"generation interrupted after {self.state.step_index} steps; the tokens "
@@ -527,8 +530,8 @@ class Run(Branching):
     batch_size = _view("given.batch_size", "Number of prompts.")
     streamer = _view("given.streamer", "The streamer (or None).")
     warnings = _view("given.warnings", "Warnings raised at the start.")
-    pad_token_id = _view("given.pad_token_id", "Padding id in use.")
-    eos_token_ids = _view("given.eos_token_ids", "EOS ids, a list.")
+    pad_token_id = _view("state.plan.pad_token_id", "Padding id in use (the config in force).")
+    eos_token_ids = _view("state.plan.eos_token_ids", "EOS ids, a list (the config in force).")
     sequences = _view("state.sequences", "(rows, length) all tokens.")
     attention_mask = _view("state.attention_mask", "(rows, length).")
     cache = _view("state.cache", "The KV cache.")
@@ -589,7 +592,7 @@ class Run(Branching):
     def _why_done(self, state: RunState) -> str:
         if state.sequences.shape[1] >= int(state.plan.config.max_length):
             return "length"
-        eos = self.given.eos_token_ids
+        eos = state.plan.eos_token_ids
         if eos and bool(torch.isin(state.sequences[:, -1:], torch.tensor(eos)).all()):
             return "eos"
         return "criteria"
@@ -661,6 +664,9 @@ class Run(Branching):
 
     def _finish(self, state: RunState) -> None:
         state.finished = True
+        self._end_stream(state)
+
+    def _end_stream(self, state: RunState) -> None:
         if state.streaming:
             state.streaming = False
             self.given.streamer.end()

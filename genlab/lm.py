@@ -177,8 +177,11 @@ class LM:
         mapping with ``input_ids`` and optionally ``attention_mask``). ``chat=True`` wraps a string
         as one user message and applies the chat template.
 
-        system: a system message put first when the prompt is a chat.
+        system: a system message put first when the prompt is a chat (a text with
+        ``chat=True``, or a list of messages that has no system message of its own).
         """
+        if system:
+            _check_system(prompt, chat, system)
         if isinstance(prompt, Mapping):  # a tokenizer's output: tok("...") / BatchEncoding
             ids, mask = prompt_from_mapping(prompt, None)
             ids = prompt_ids(ids, "input_ids")
@@ -200,7 +203,8 @@ class LM:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
             prompt = [prompt]
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
-            texts = [self._chat_text(m) for m in prompt]
+            head = [{"role": "system", "content": system}] if system else []
+            texts = [self._chat_text(head + list(m)) for m in prompt]
             enc = _tokenize(tok, texts, add_special_tokens=False)
             return enc["input_ids"], enc["attention_mask"]
         texts = [prompt] if isinstance(prompt, str) else list(prompt)
@@ -394,6 +398,28 @@ def score(model, text, **kwargs):
     """
     lm = model if isinstance(model, LM) else LM(model)
     return lm.score(text, **kwargs)
+
+
+def _check_system(prompt, chat, system) -> None:
+    """ValueError when ``system=`` would be dropped: a prompt that is not a chat, or chat
+    messages that already begin with a system message."""
+    if not isinstance(system, str):
+        raise ValueError(f"system must be a text (a system message), got {type(system).__name__}")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+        prompt = [prompt]
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+        if any(m and isinstance(m[0], dict) and m[0].get("role") == "system" for m in prompt):
+            raise ValueError(
+                "system= was given, but the messages already begin with a system message: "
+                "keep one of them (drop system=, or the messages' own system message)"
+            )
+        return
+    if isinstance(prompt, (Mapping, torch.Tensor)) or not chat:
+        raise ValueError(
+            "system= is a message of a chat prompt, but this prompt is not a chat, so it "
+            "would be dropped: pass chat=True with a text (or a list of messages), or drop "
+            "system="
+        )
 
 
 def _prompt_from_keywords(prompt, config: dict):

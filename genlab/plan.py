@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from .ids import eos_token_ids
 from .inputs import Given
 from .strategies import strategy_for
 
@@ -36,6 +37,8 @@ class Plan:
     processors: Any
     stopping_criteria: Any
     has_eos_stopping: bool
+    eos_token_ids: list[int]  # the config's EOS ids, a list
+    pad_token_id: int | None  # the id finished rows receive (the config's, else the 1st EOS)
     compiled: Any  # compiled decoding step, or None
     seen: dict  # the user's config values this plan was built from
 
@@ -52,8 +55,9 @@ def effective_config(config, given: Given):
             cfg.max_length = min(cfg.max_length, given.info.max_position_embeddings)
     if cfg.min_new_tokens is not None:
         cfg.min_length = cfg.min_new_tokens + n
-    if cfg.pad_token_id is None and given.pad_token_id is not None:
-        cfg.pad_token_id = given.pad_token_id
+    if cfg.pad_token_id is None:  # as at the start: the first EOS id (the one in force)
+        eos = eos_token_ids(cfg)
+        cfg.pad_token_id = eos[0] if eos else given.pad_token_id
     check_generated_length(cfg, n, given.has_default_max_length, given.encdec is not None)
     return cfg
 
@@ -145,9 +149,26 @@ def make_plan(config, given: Given, seen: dict | None = None) -> Plan:
         processors=processors,
         stopping_criteria=criteria,
         has_eos_stopping=any(hasattr(c, "eos_token_id") for c in criteria),
+        eos_token_ids=eos_token_ids(cfg),
+        pad_token_id=None if cfg.pad_token_id is None else int(cfg.pad_token_id),
         compiled=None,
         seen=seen if seen is not None else config_values(config),
     )
+
+
+def check_row_layout(old, cls, plan: Plan, old_plan: Plan) -> None:
+    """A ValueError, before anything changed, when a token-by-token run's config changes its
+    rows per input (``num_return_sequences``): the rows were laid out at the start. Beam
+    strategies refuse changes of their own layout when given the config."""
+    if not old.family == cls.family == "token":
+        return
+    was, now = old.rows_per_input(old_plan.config), cls.rows_per_input(plan.config)
+    if was != now:
+        raise ValueError(
+            f"num_return_sequences cannot change during a run (was {was}, got {now}): it fixes "
+            "the number of rows, laid out at the start. Set it back, or start a new run with "
+            f"num_return_sequences={now}"
+        )
 
 
 def switch_strategy(old, cls, plan: Plan, old_plan: Plan, ctx):
@@ -161,11 +182,7 @@ def switch_strategy(old, cls, plan: Plan, old_plan: Plan, ctx):
     """
     family_old, family_new = old.family, cls.family
     if family_old == family_new == "token":
-        if cls.rows_per_input(plan.config) != old.rows_per_input(old_plan.config):
-            raise ValueError(
-                "num_return_sequences cannot change during a run (it fixes the number of rows): "
-                "set it back, or start a new run"
-            )
+        check_row_layout(old, cls, plan, old_plan)
         old.leave(ctx)
         new = cls(plan.config)
         new.start(ctx)

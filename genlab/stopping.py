@@ -314,6 +314,36 @@ def _fits_at(token: str, stop: str, matched: int) -> bool:
     return remaining.endswith(token) if len(token) <= len(remaining) else token.endswith(remaining)
 
 
+def _can_end(stop: str, token_texts: Iterable[str | None]) -> bool:
+    """Whether some token's text can end ``stop`` (see :func:`_end_overlaps`)."""
+    return any(text and _end_overlaps(text, stop) for text in token_texts)
+
+
+def _check_reachable(unreachable: list[str], stop_strings: tuple[str, ...]) -> None:
+    """Stop strings that no token's text can end could never match. When none of them can,
+    refuse them, as transformers 4.56.2 does; when only some cannot (the reference then
+    ignores them silently), warn about those."""
+    if not unreachable:
+        return
+    why = (
+        "no token's text can end it: a byte-level tokenizer splits emoji, CJK and joined "
+        "characters into byte pieces whose text alone is not a character, so such a string "
+        "is never seen. Stop on token ids instead (eos_token_id=[...] or a StoppingCriteria "
+        "of your own), or use a stop string of characters the tokenizer has as text."
+    )
+    if len(unreachable) == len(stop_strings):
+        raise ValueError(
+            f"stop_strings: {', '.join(map(repr, unreachable))} can never match with this "
+            f"tokenizer (transformers 4.56.2 refuses them too): {why}"
+        )
+    warnings.warn(
+        f"stop_strings: {', '.join(map(repr, unreachable))} will never match with this "
+        f"tokenizer (the other stop strings work): {why}",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
 class StopStringCriteria(StoppingCriteria):
     """Stop a row when its decoded text contains a stop string that ends inside its last
     token: the string may span several tokens, start inside an earlier token and end
@@ -323,6 +353,9 @@ class StopStringCriteria(StoppingCriteria):
     Matching works on each token's text (see :func:`token_strings`) and looks back at most
     ``max(len(s) for s in stop_strings)`` tokens, exactly as transformers'
     StopStringCriteria does; token texts are computed the first time a token is seen.
+    Stop strings that no token's text can end (emoji or CJK text, which a byte-level
+    tokenizer splits into byte pieces) are refused with a ValueError when none of the
+    strings can match, as the reference does, and named in a UserWarning otherwise.
 
     Works with transformers tokenizers and with any object that has ``get_vocab()`` and
     either ``convert_tokens_to_string()`` (+ ``convert_ids_to_tokens()``) or ``decode()``,
@@ -336,7 +369,17 @@ class StopStringCriteria(StoppingCriteria):
     """
 
     def __init__(self, tokenizer: Any, stop_strings: str | Sequence[str]):
-        self._setup(stop_strings, _TokenTexts(tokenizer))
+        texts = _TokenTexts(tokenizer)
+        self._setup(stop_strings, texts)
+        unreachable = []
+        for stop in self.stop_strings:
+            # the tokenizer's own last token of the string usually ends it: no vocabulary scan
+            last = _encode_plain(tokenizer, stop)[-1:]
+            if last and _end_overlaps(texts(last[0]) or "", stop):
+                continue
+            if not _can_end(stop, (texts(i) for i in texts._id_to_token)):
+                unreachable.append(stop)
+        _check_reachable(unreachable, self.stop_strings)
 
     @classmethod
     def from_token_strings(
@@ -346,6 +389,10 @@ class StopStringCriteria(StoppingCriteria):
         self = cls.__new__(cls)
         texts = dict(token_texts)
         self._setup(stop_strings, texts.get)
+        _check_reachable(
+            [stop for stop in self.stop_strings if not _can_end(stop, texts.values())],
+            self.stop_strings,
+        )
         return self
 
     def _setup(self, stop_strings: str | Sequence[str], texts: Callable[[int], str | None]):

@@ -19,6 +19,7 @@ measures per setting:
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -102,7 +103,7 @@ def sweep(
     *,
     n: int = 16,
     seed: int = 0,
-    max_new_tokens: int = 20,
+    max_new_tokens: int | None = None,
     chat: bool | None = None,
     system: str | None = None,
     progress: Any = None,
@@ -116,15 +117,19 @@ def sweep(
     same samples.
 
     lm: an :class:`~genlab.lm.LM` (or any model :func:`genlab.load` takes); seed: the seed
-    of every setting's batch; max_new_tokens: the length of each sample; chat, system: how
-    the prompt is encoded (chat template, system message).
+    of every setting's batch; max_new_tokens: the length of each sample (20 unless given,
+    here or in the grid); chat, system: how the prompt is encoded (chat template, system
+    message). A setting without sampling or beams (``do_sample=False``) gives one sample,
+    repeated ``n`` times (the reference returns one sequence there).
 
     executor: a :class:`concurrent.futures.Executor` to run the settings on (one task per
     setting), e.g. a ``ProcessPoolExecutor`` or a Dask cluster's
     ``distributed.Client(...).get_executor()``. Tasks carry the model's name or folder (the
     ``lm`` must come from ``genlab.load(name_or_folder)``, or be that name), and every
     worker process loads the model once and keeps it for later tasks. The table is the one
-    the same call gives in one process.
+    the same call gives in one process. A pool that forks (``ProcessPoolExecutor()`` on
+    Linux) works too: a forked worker computes on one thread, since torch's thread pool
+    does not survive a fork (a spawn pool keeps torch's threads).
 
     (Not run as a test: it samples a grid of settings for seconds and prints a wide table (notebook
     11).)
@@ -132,8 +137,6 @@ def sweep(
     >>> sw = genlab.sweep(lm, "Describe the sea.", {"temperature": [0.5, 1]})  # doctest: +SKIP
     >>> sw.metrics                                                 # doctest: +SKIP
     """
-    import os
-
     from .lm import LM, load
 
     spec = None
@@ -152,10 +155,20 @@ def sweep(
     grid = _check_grid(grid)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r} must be a positive integer (samples per setting)")
-    clash = sorted(set(grid) & set(config))
+    given = {**config, **({} if max_new_tokens is None else {"max_new_tokens": max_new_tokens})}
+    clash = sorted(set(grid) & set(given))
     if clash:
         raise ValueError(f"{clash}: given both in grid and as a setting; keep one")
-    config.setdefault("do_sample", True)
+    if "num_return_sequences" in grid or "num_return_sequences" in config:
+        raise ValueError(
+            "num_return_sequences: a sweep draws n samples per setting (n=...); pass n "
+            "instead of num_return_sequences"
+        )
+    config = given
+    if "max_new_tokens" not in grid:
+        config.setdefault("max_new_tokens", 20)
+    if "do_sample" not in grid:
+        config.setdefault("do_sample", True)
     ids, mask = lm.encode(prompt, chat=chat, system=system)
     if ids.shape[0] != 1:
         raise ValueError("prompt: a sweep takes one prompt (a text, messages or ids)")
@@ -166,7 +179,7 @@ def sweep(
     sample_rows: list[dict] = []
     metric_rows: list[dict] = []
     jobs = [dict(zip(keys, values, strict=True)) for values in settings]
-    args = (prompt_ids, n, seed, max_new_tokens, config)
+    args = (prompt_ids, n, seed, config)
     if executor is None:
         outcomes = []
         for done, setting in enumerate(jobs):
@@ -234,27 +247,35 @@ def worker_model(spec: ModelSpec):
     return _WORKER_MODELS[spec]
 
 
+#: the process that imported this module: a worker whose pid differs was forked from it
+_IMPORTED_IN = os.getpid()
+
+
 def _remote_setting(spec: ModelSpec, setting: dict, *args):
     """One setting of a sweep in a worker process (see :func:`sweep`'s ``executor``)."""
+    if os.getpid() != _IMPORTED_IN:
+        # a forked worker: torch's thread pool (OpenMP's team) was copied without its
+        # threads, and its first parallel region would wait for them forever; on one
+        # thread torch never enters one
+        torch.set_num_threads(1)
     return _sweep_setting(worker_model(spec), setting, *args)
 
 
-def _sweep_setting(lm, setting, prompt_ids, n, seed, max_new_tokens, config):
+def _sweep_setting(lm, setting, prompt_ids, n, seed, config):
     """The samples and the metrics of one setting: (sample rows, metric row)."""
     rows: list[dict] = []
-    res = lm.generate(
-        prompt_ids[None],
-        seed=seed,
-        num_return_sequences=n,
-        max_new_tokens=max_new_tokens,
-        **config,
-        **setting,
-    )
+    settings = {**config, **setting}
+    # one row per call where the reference returns one (no sampling, no beams): the
+    # setting's n samples are that one, repeated
+    one = not settings.get("do_sample") and int(settings.get("num_beams") or 1) == 1
+    rows_per_call = 1 if one else n
+    res = lm.generate(prompt_ids[None], seed=seed, num_return_sequences=rows_per_call, **settings)
+    generated_ids = res.generated_ids.tolist() * (n // rows_per_call)
     eos = set(res.run.eos_token_ids)
     pad = res.run.pad_token_id
     generated = []
     ended = []
-    for row in res.generated_ids.tolist():
+    for row in generated_ids:
         toks, hit = [], False
         for t in row:
             toks.append(t)

@@ -37,6 +37,7 @@ from .stepdata import (
     SOURCES,
     AssistedStep,
     BeamStep,
+    CandidateFate,
     ContrastiveStep,
     DolaStep,
     StepData,
@@ -68,8 +69,9 @@ class StepRecord:
 
     step: the engine step; position: the token's place among the tokens that step added
     (assisted decoding adds several; 0 otherwise); chosen_for_row: the token chosen from
-    each row before the step (-1: none; for a beam row with several children, the best
-    one); info: the strategy's typed step data (:mod:`genlab.stepdata`), or None.
+    each row before the step (-1: none; for a beam row, its best child that goes on, else
+    its best child that entered the pool of finished hypotheses); info: the strategy's
+    typed step data (:mod:`genlab.stepdata`), or None.
     """
 
     step: int
@@ -81,6 +83,29 @@ class StepRecord:
     finished: bool
     info: StepData | None = None
     position: int = 0
+
+
+def _beam_chosen(chosen: torch.LongTensor, cands) -> torch.LongTensor:
+    """A beam step's token chosen from each row (rows,): the best child that goes on as a
+    running beam, else the best child that entered the pool of finished hypotheses, else
+    -1. The rows the strategy hands on are only the running beams: at the last step every
+    candidate ends, and those rows (ranked at -1e9 each) are not what the search took."""
+    fates = cands.fates()
+    inputs = int(cands.batch.max()) + 1 if cands.batch.numel() else 1
+    per_input = chosen.shape[0] // inputs
+    row_of = (cands.batch * per_input + cands.parent).tolist()
+    kept = {row for row, fate in zip(row_of, fates, strict=True) if fate is CandidateFate.KEPT}
+    out = chosen.clone()
+    best: dict[int, tuple[float, int]] = {}
+    for i, (row, fate) in enumerate(zip(row_of, fates, strict=True)):
+        if row in kept:
+            continue
+        out[row] = -1
+        if fate is CandidateFate.FINISHED and (row not in best or cands.score[i] > best[row][0]):
+            best[row] = (float(cands.score[i]), int(cands.token[i]))
+    for row, (_, token) in best.items():
+        out[row] = token
+    return out
 
 
 class Tracer:
@@ -167,6 +192,8 @@ class Tracer:
             # are in score order)
             for r in reversed(range(len(parents))):
                 chosen[int(parents[r])] = int(tokens[r])
+            if isinstance(record.info, BeamStep):
+                chosen = _beam_chosen(chosen, record.info.candidates)
         stages, raw_probs, prev, last = [], None, None, None
         for name, s in current:
             if last is not None and s is last:  # the same scores ("final" after the last

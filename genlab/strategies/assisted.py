@@ -91,21 +91,25 @@ def prompt_lookup_candidates(
 
 
 class PromptLookupDrafter:
-    """Drafts by prompt lookup; has no state and never adapts."""
+    """Drafts by prompt lookup; has no state and never adapts. Its settings (draft length,
+    n-gram size, max_length, EOS ids) are read from the config in force at each draft, so
+    that a run edited between steps (a raised max_new_tokens) drafts as a new run would."""
 
     name = "prompt_lookup"
 
-    def __init__(self, config, eos: list[int]):
-        self.num_tokens = int(config.prompt_lookup_num_tokens)
-        self.max_ngram = int(config.max_matching_ngram_size or 2)
-        self.max_length = int(config.max_length)
-        self.eos = eos
-        self.num_assistant_tokens = self.num_tokens
+    def __init__(self, config):
+        self.num_assistant_tokens = int(config.prompt_lookup_num_tokens)
 
     def draft(self, ctx, ids):
         """``ids`` (1, length) followed by the drafted tokens, and no draft scores."""
+        cfg = ctx.config
+        self.num_assistant_tokens = int(cfg.prompt_lookup_num_tokens)
         drafted = prompt_lookup_candidates(
-            ids, self.num_tokens, self.max_ngram, self.max_length, self.eos
+            ids,
+            self.num_assistant_tokens,
+            int(cfg.max_matching_ngram_size or 2),
+            int(cfg.max_length),
+            ctx.eos_token_ids,
         )
         return torch.cat([ids, drafted[None, :]], dim=1), None
 
@@ -332,7 +336,7 @@ class AssistedDecoding(TokenByToken):
                 ctx, early_exit.EarlyExitModel(ctx.model, int(cfg.assistant_early_exit)), ctx.model
             )
         if cfg.prompt_lookup_num_tokens is not None:
-            return PromptLookupDrafter(cfg, ctx.eos_token_ids)
+            return PromptLookupDrafter(cfg)
         if ctx.assistant_model is None:
             raise ValueError(
                 "assisted generation needs assistant_model, "

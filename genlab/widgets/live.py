@@ -220,6 +220,13 @@ class LiveView(Panel):
         self.worker.submit(sync=sync)
         return self.result if sync else None
 
+    def close(self) -> None:
+        """Close the panel: the scheduled or running generation is cancelled (it stops at its
+        next step), then the widget is closed."""
+        self.worker.close()
+        self._busy(False)
+        super().close()
+
     def stop(self) -> None:
         """Stop the running generation at its next step (what it made so far is shown)."""
         self.worker.stop()

@@ -21,6 +21,11 @@ In both modes:
 * ``debounce`` seconds of quiet are awaited before a scheduled request starts, so
   dragging a slider starts one generation, not twenty (``loop.call_later`` in loop mode).
 
+:meth:`Worker.close` cancels the scheduled and running jobs (a panel's ``close()`` calls it).
+When the interpreter exits, every worker is closed and its job's thread awaited (for a few
+seconds): a thread left inside torch while Python shuts down aborts the process
+("terminate called without an active exception", exit code -6).
+
 >>> w = Worker(lambda job: sum(range(10)))
 >>> w.submit(sync=True)
 45
@@ -29,10 +34,12 @@ In both modes:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -40,6 +47,10 @@ log = logging.getLogger("genlab.widgets")
 
 #: seconds between two checks whether the previous job has ended (loop mode)
 POLL = 0.002
+#: seconds the interpreter's exit waits for each running job's thread to stop
+EXIT_WAIT = 10.0
+#: every worker alive, closed at the interpreter's exit
+_WORKERS: weakref.WeakSet = weakref.WeakSet()
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
@@ -97,6 +108,7 @@ class Worker:
         self._timer_loop: asyncio.AbstractEventLoop | None = None  # the loop of that timer
         self._job: Job | None = None
         self._count = 0
+        _WORKERS.add(self)
 
     @property
     def busy(self) -> bool:
@@ -167,6 +179,14 @@ class Worker:
             self._cancel_timer()
             if self._job is not None:
                 self._job.cancel(stop=True)
+
+    def close(self) -> None:
+        """Cancel the scheduled request and the running job (it stops at its next step;
+        unlike :meth:`stop`, nothing of it is shown)."""
+        with self._lock:
+            self._cancel_timer()
+            if self._job is not None:
+                self._job.cancel()
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until scheduled and running jobs are done (for tests and notebooks).
@@ -301,6 +321,21 @@ class Worker:
         except BaseException:
             job.done.set()
             raise
+
+
+@atexit.register
+def _close_all() -> None:
+    """At the interpreter's exit: close every worker and wait for the threads of their jobs
+    to stop at their next step (daemon threads would otherwise still be inside torch while
+    the interpreter is torn down)."""
+    workers = list(_WORKERS)
+    for worker in workers:
+        worker.close()
+    for worker in workers:
+        job = worker._job
+        thread = None if job is None else job.thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(EXIT_WAIT)
 
 
 def _past(deadline: float | None) -> bool:
