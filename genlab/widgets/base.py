@@ -112,8 +112,8 @@ def parse_number(
     else:
         typed = str(text).strip()
         example = "24, 1_000 or 1e3" if whole else "0.7, 1_000 or 1e-3"
-        if low is not None and high is not None:  # an example inside the range
-            example = f"{low} or {high}"
+        if low is not None and high is not None and high - low <= 10**6:
+            example = f"{low} or {high}"  # an example inside the range
         try:
             number = Decimal(typed)
         except InvalidOperation:

@@ -478,6 +478,7 @@ class ConfigPanel(widgets.VBox):
             self.errors.pop(key, None)
             control = self.controls[key]
             control.set_status(control.hint(getattr(trial, key)))
+            control.accepted(getattr(trial, key))
         self._accepted(list(changes), notes)
         return True
 

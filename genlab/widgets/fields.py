@@ -283,6 +283,9 @@ class FieldControl:
         """Extra information shown after a valid value (e.g. the decoded tokens)."""
         return ""
 
+    def accepted(self, value: Any) -> None:
+        """Called by the panel once ``value`` is taken (validated and applied)."""
+
 
 def _decimals(step: float) -> int:
     return max(0, -math.floor(math.log10(step))) if step < 1 else 0
@@ -408,10 +411,13 @@ class NumberControl(FieldControl):
     def read(self):
         if self.enabled is not None and not self.enabled.value:
             return None
-        value = self._number(self.text.value)
-        if self.spec.in_range(value):  # a refused value leaves the slider where it was
+        return self._number(self.text.value)  # the slider follows once it is accepted
+
+    def accepted(self, value) -> None:
+        """The panel took ``value``: the slider rests there (a refused value, over a bound
+        or out of range, leaves it where it was)."""
+        if value is not None:
             self._rest_slider(value)
-        return value
 
     def _rest_slider(self, value) -> None:
         """Put the slider at ``value``, or at its nearest end when ``value`` is beyond its
