@@ -10,7 +10,10 @@ the exercises and their ``guess = None`` check cells, and removes
   lessons hid with JupyterLab's ``source_hidden``);
 * every stored output and execution count, so that no result (the check cells' and the
   cells after them, which print the answer) is on screen before the student runs it;
-* the widget state saved in the notebook's metadata.
+* the widget state saved in the notebook's metadata;
+
+and words that point to a folded answer (the exercises' "folded under **Answer**", the
+check functions' "Open the answer below") are reworded for a copy without one.
 
 The course map (``notebooks/README.md``) is copied along; ``notebooks/teacher/`` is not.
 Uses the standard library only.
@@ -27,6 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 # the exercises' pointer to their folded answer, which the student copy does not have
 FOLDED = " The answer is folded under **Answer** below it (click to open)."
+# what the check cells say about that answer, and what the student copy says instead
+POINTERS = {
+    ". Open the answer below.": ". Run the cells below and find out why.",
+    ": see the answer below.": ": run the cells below and find out why.",
+}
 
 
 def _source(cell: dict) -> str:
@@ -52,6 +60,10 @@ def student_copy(nb: dict) -> dict:
         if cell["cell_type"] == "markdown":
             cell["source"] = _source(cell).replace(FOLDED, "")
         if cell["cell_type"] == "code":
+            text = _source(cell)
+            for old, new in POINTERS.items():
+                text = text.replace(old, new)
+            cell["source"] = text
             cell["outputs"] = []
             cell["execution_count"] = None
         cell.get("metadata", {}).pop("jupyter", None)
