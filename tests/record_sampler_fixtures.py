@@ -83,7 +83,10 @@ def _apply(sampler, logits, probs_from_logits=False):
 
 def record_top_n_sigma() -> list[dict]:
     cases = []
-    for seed, n, scale, sigma in [(1, 64, 2.0, 1.0), (2, 200, 3.0, 0.5), (3, 50, 1.0, 2.0)]:
+    cases_in = [(1, 64, 2.0, 1.0), (2, 200, 3.0, 0.5), (3, 50, 1.0, 2.0)]
+    # big vocabularies put tokens close to the cut, where a wrong sigma shows
+    cases_in += [(20 + i, 1000, 2.0, 0.5 + 0.3 * i) for i in range(10)]
+    for seed, n, scale, sigma in cases_in:
         logits = _logits(seed, n, scale)
         s = ll.llama_sampler_init_top_n_sigma(sigma)
         # this build leaves p unset after top-n-sigma: softmax of the kept logits instead
