@@ -122,6 +122,10 @@ elif [ "$MODE" = "--broken" ]; then
     RC=1
   fi
 fi
+# 9. The lessons' answers fold (<details>) in nbconvert's HTML, in Voila and in JupyterLab
+if [ "$MODE" = "normal" ] && [ $RC -eq 0 ]; then
+  "$VENV/bin/python" "$ROOT/tests/browser/details_check.py" "$ARTIFACTS" || RC=$?
+fi
 echo "browser test: $(( $(date +%s) - START )) s in all (rc $RC)"
 if [ "$MODE" = "--broken" ]; then
   [ $RC -eq 0 ] && echo "self-check ok: every check fails against its broken panel" \
