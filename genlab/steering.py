@@ -287,32 +287,35 @@ def steering_sweep(
     of the tokens differ from the unsteered text at the same step), first_change (the first
     step that differs, -1 if none), mean_logprob (of the chosen tokens)."""
     name = point or RESID.format(layer=layer)
-    rows, base = [], None
-    for strength in [0.0, *strengths] if 0.0 not in strengths else list(strengths):
+
+    def generate(strength: float):
         run = lm.start(prompt, max_new_tokens=max_new_tokens, **config)
         with run.hooks({name: steer(vector, strength)}):
             run.run()
-        res = lm.result(run)
+        lp = [s.logprobs[0] for s in run.history]
+        return lm.result(run), lp
+
+    done = {0.0: generate(0.0)}  # the unsteered text, what the others are compared with
+    base = done[0.0][0].generated_ids[0].tolist()
+    rows = []
+    for strength in strengths:
+        strength = float(strength)
+        if strength not in done:
+            done[strength] = generate(strength)
+        res, lp = done[strength]
         ids = res.generated_ids[0].tolist()
-        steps = run.history
-        lp = [s.logprobs[0] for s in steps] if steps else []
-        if base is None:
-            base = ids
-        diff = [i for i, (a, b) in enumerate(zip(ids, base, strict=False)) if a != b]
-        diff += list(range(min(len(ids), len(base)), max(len(ids), len(base))))
+        diff = {i for i, (a, b) in enumerate(zip(ids, base, strict=False)) if a != b}
+        diff |= set(range(min(len(ids), len(base)), max(len(ids), len(base))))
         rows.append(
             dict(
-                strength=float(strength),
+                strength=strength,
                 text=res.text,
-                changed=len(set(diff)),
+                changed=len(diff),
                 first_change=min(diff) if diff else -1,
                 mean_logprob=round(float(sum(lp) / len(lp)), 4) if lp else float("nan"),
             )
         )
-    table = pd.DataFrame(rows)
-    if 0.0 not in strengths:
-        table = table.iloc[1:].reset_index(drop=True)
-    return table
+    return pd.DataFrame(rows)
 
 
 def patching_table(

@@ -46,6 +46,7 @@ COURSE = [
     "09b_grammar_and_contrastive_decoding",
     "10_inside_the_model",
     "10b_dola",
+    "10c_steering_and_attribution",
     "12_appendix_widget_tour",
 ]
 LESSONS = [ROOT / "notebooks" / f"{name}.ipynb" for name in COURSE]
