@@ -519,9 +519,23 @@ def test_12_a_beam_rows_trace_names_the_token_its_returned_sequence_took(model):
         # the log-probs are those of the tokens the returned sequence took
         assert (table.logprob <= 0).all()
     # a parent with several children records its best one (the first in score order)
-    for rec in trace.records:
+    *going_on, last = trace.records
+    for rec in going_on:
         if rec.parents is None:
             continue
         for parent in set(rec.parents.tolist()):
             first = rec.parents.tolist().index(parent)
             assert int(rec.chosen_for_row[parent]) == int(rec.tokens[first])
+    # at the last step every candidate ends: a row records its best child in the pool (the
+    # rows handed on are ties at -1e9, not what the search took; issue 33, item 3.8)
+    cands = last.info.candidates
+    pooled = {}
+    for parent, token, fate, score in zip(
+        cands.parent.tolist(), cands.token.tolist(), cands.fates(), cands.score.tolist(),
+        strict=True,
+    ):  # fmt: skip
+        if fate.value == "finished" and score > pooled.get(parent, (float("-inf"),))[0]:
+            pooled[parent] = (score, token)
+    assert pooled
+    for row, token in enumerate(last.chosen_for_row.tolist()):
+        assert token == pooled.get(row, (None, -1))[1]

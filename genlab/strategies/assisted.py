@@ -329,7 +329,16 @@ class AssistedDecoding(TokenByToken):
         self.drafter = self._make_drafter(ctx)
         self.pending = None
 
+    def _drafter_kind(self) -> tuple:
+        """What drafts under the config in force (a change between steps, say from prompt
+        lookup to early exit, makes a new drafter)."""
+        cfg = self.config
+        if cfg.assistant_early_exit is not None:
+            return ("early_exit", int(cfg.assistant_early_exit))
+        return ("prompt_lookup",) if cfg.prompt_lookup_num_tokens is not None else ("assistant",)
+
     def _make_drafter(self, ctx):
+        self.drafter_kind = self._drafter_kind()
         cfg = self.config
         if cfg.assistant_early_exit is not None:
             return ModelDrafter(
@@ -346,6 +355,8 @@ class AssistedDecoding(TokenByToken):
 
     # -- forward: draft, then one pass of the model over all drafted tokens --------------
     def forward(self, ctx) -> ModelOutput:
+        if self._drafter_kind() != self.drafter_kind:
+            self.drafter = self._make_drafter(ctx)
         ids = ctx.sequences
         cur = ids.shape[1]
         budget = self.drafter.num_assistant_tokens
