@@ -22,7 +22,7 @@ is never changed by this.
 What genlab does, unless told otherwise:
 
 * at every step of a generation (``Run`` calls :func:`adapt`), at most every
-  :data:`WINDOW` seconds: how many cores other processes kept busy since the last look, from
+  :func:`window` seconds: how many cores other processes kept busy since the last look, from
   ``/proc/stat`` less this process's own CPU time (no waiting: two reads of a file); if at
   least :data:`BUSY_CORES`, OpenMP threads are parked, else released. A look older than
   :data:`STALE` seconds is replaced by a :data:`SAMPLE_SECONDS` sample;
@@ -46,7 +46,7 @@ import threading
 import time
 
 BUSY_CORES = 0.5  # cores kept busy by other processes from which waiting threads should sleep
-WINDOW = 0.25  # seconds: the shortest interval between two looks at the machine
+WINDOW = 0.25  # seconds between two looks at the machine, per 2 CPUs (see window())
 STALE = 10.0  # seconds: a look this old is not compared with; a fresh sample is taken
 SAMPLE_SECONDS = 0.05
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -77,6 +77,15 @@ def others_busy(before, after) -> float | None:
         return None
     others = (after[1] - before[1]) - (after[2] - before[2])
     return max(0.0, others / (after[0] - before[0]))
+
+
+def window() -> float:
+    """Seconds between two looks: :data:`WINDOW` per 2 CPUs, at most 2 s. ``/proc/stat``
+    counts in ticks (10 ms), this process's own time exactly; on each CPU that this process
+    keeps partly busy, a look's tick count is off by a few ticks, and these errors add up
+    over the CPUs. Over this window their spread stays near 0.14 cores (2 CPUs: 0.25 s;
+    16 CPUs: 2 s), well under :data:`BUSY_CORES`."""
+    return min(2.0, WINDOW * max(1, (os.cpu_count() or 1) / 2))
 
 
 def busy_cores(seconds: float = SAMPLE_SECONDS) -> float | None:
@@ -211,10 +220,10 @@ def reading_at_import() -> None:
 
 def adapt() -> None:
     """Park or release OpenMP threads from how busy other processes kept the CPUs since
-    the last look (see the module docstring); at most one look every :data:`WINDOW`
+    the last look (see the module docstring); at most one look every :func:`window`
     seconds, otherwise a clock read. Called by the engine at every step."""
     a = _adapter
-    if a.reading is not None and time.monotonic() - a.reading[0] < WINDOW:
+    if a.reading is not None and time.monotonic() - a.reading[0] < window():
         return
     if not a.lock.acquire(blocking=False):  # another thread is looking
         return

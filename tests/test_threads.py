@@ -78,7 +78,7 @@ def os_threads() -> int:
 def test_a_busy_machine_parks_an_openmp_team_and_a_quiet_one_releases_it(machine):
     threads.reading_at_import()
     machine.others = 1.8  # two CPU-bound processes on two cores
-    machine.wait(1.0)
+    machine.wait(2.5)
     tasks = os_threads()
     threads.adapt()
     state = threads.status()
@@ -89,10 +89,10 @@ def test_a_busy_machine_parks_an_openmp_team_and_a_quiet_one_releases_it(machine
     assert size >= 2 and os_threads() - tasks == size
     assert torch.get_num_threads() == 2  # the count is never changed
     machine.wait(0.1)
-    threads.adapt()  # within WINDOW: no new look
+    threads.adapt()  # within the window: no new look
     assert machine.reads == 2
     machine.others = 0.1
-    machine.wait(1.0)
+    machine.wait(2.5)
     threads.adapt()
     assert not threads.status()["parked"] and not parked_threads()
     assert "OpenMP's default" in threads.status()["why"]
@@ -114,13 +114,13 @@ def test_the_users_own_settings_turn_parking_off_and_keep_the_count(machine, mon
         ("OMP_WAIT_POLICY", "PASSIVE"), ("GOMP_SPINCOUNT", "1000"), ("GENLAB_THREADS", "off"),
     ):  # fmt: skip
         monkeypatch.setenv(name, value)
-        machine.wait(1.0)
+        machine.wait(2.5)
         threads.adapt()
         assert not threads.status()["parked"], name
         assert name in threads.status()["why"]
         monkeypatch.delenv(name)
     torch.set_num_threads(1)  # the user's: one thread has nothing to wait for
-    machine.wait(1.0)
+    machine.wait(2.5)
     threads.adapt()
     assert torch.get_num_threads() == 1 and not threads.status()["parked"]
 
@@ -131,6 +131,12 @@ def test_others_busy_leaves_this_process_out():
     assert threads.others_busy(None, (1.0, 1.0, 1.0)) is None
     busy = threads.busy_cores(0.2)  # at least 0: ticks of 10 ms, this process left out
     assert busy is None or 0 <= busy <= (os.cpu_count() or 1) + 0.5
+
+
+def test_the_window_grows_with_the_cpus_that_add_tick_noise(monkeypatch):
+    for cpus, seconds in ((1, 0.25), (2, 0.25), (16, 2.0), (64, 2.0)):
+        monkeypatch.setattr(threads.os, "cpu_count", lambda cpus=cpus: cpus)
+        assert threads.window() == seconds
 
 
 def test_every_step_of_a_run_looks_at_the_machine(monkeypatch):
