@@ -29,6 +29,11 @@ FAILS = {
     "fork": ["fork adds a run"],
     "zero": ["no probability-0 candidates"],
     "console": ["no console errors"],
+    "widen": ["typed 1e9 refused with its bound, slider range kept"],
+    "branch": [
+        "click an alternative forks (debugger)",
+        "click an alternative continues (playground)",
+    ],
 }
 
 
@@ -144,7 +149,20 @@ def apply() -> list[str]:
     if "live" in names:
         live.LiveView.on_input = lambda self, change=None: None
     if "fork" in names:
-        debugger.StepDebugger.fork = lambda self: self.run
+        debugger.StepDebugger.fork = lambda self, source=None, keep=None: self.run
+    if "widen" in names:  # the old slider: a typed value widens its range for good
+        import genlab.widgets.fields as fields
+
+        def widen(self, value):
+            if self.slider is not None:
+                self.slider.max = max(self.slider.max, value)
+                self.slider.min = min(self.slider.min, value)
+                self.slider.value = value
+
+        fields.NumberControl._rest_slider = widen
+    if "branch" in names:  # an alternative clicked is forced in place, or nothing
+        debugger.StepDebugger.branch = lambda self, token: self.force(token)
+        playground.Playground.branch = lambda self, position, token: None
     if "zero" in names:  # a candidate of probability 0 offered again
         old_current = debugger.StepDebugger._render_current
 

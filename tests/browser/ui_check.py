@@ -464,6 +464,72 @@ def explorers(page, res: dict, shots: Path) -> None:
     res["beam_raw_cells"] += page.evaluate(RAW_CELLS, root)
 
 
+def bounds_and_branches(page, res: dict, shots: Path) -> None:
+    """Issue 37: max_new_tokens typed -1, then 1e9 (over the model's 8,192 positions),
+    then 24: refused, refused with its bound, taken, and the slider's range never changes
+    (screenshots at 768 px); an alternative clicked in the StepDebugger forks (the
+    Branches tab lists the tree) and in the Playground continues from it."""
+    field = page.locator(SLIDER).first
+    field.scroll_into_view_if_needed()
+    handle = field.locator(".noUi-handle").first
+
+    def span():
+        return [handle.get_attribute("aria-valuemin"), handle.get_attribute("aria-valuemax")]
+
+    res["slider_range_before"] = span()
+    box = field.locator("input").last
+    for typed, shown in (("-1", ">= 1"), ("1e9", "8,192")):
+        box.fill(typed)
+        box.press("Enter")
+        wait_for(page, "([sel, s]) => document.querySelector(sel).innerText.includes(s)",
+                 arg=[SLIDER, shown], timeout=15_000)  # fmt: skip
+    res["refused_1e9"] = sel_text(page, SLIDER)
+    res["slider_range_after_1e9"] = span()
+    field.screenshot(path=str(shots / "slider_after_1e9.png"))
+    box.fill("24")
+    box.press("Enter")
+    wait_for(page, "(sel) => !document.querySelector(sel).querySelector('.genlab-error') &&"
+             " !document.querySelector('.genlab-playground').classList.contains('genlab-busy')",
+             arg=SLIDER, timeout=30_000)  # fmt: skip
+    res["slider_range_after_24"] = span()
+    res["slider_value_after_24"] = handle.get_attribute("aria-valuenow")
+    page.locator(PG).first.screenshot(path=str(shots / "playground_after_1e9_then_24.png"))
+    # click to branch, in the StepDebugger: a fork, and the tree of the runs
+    page.locator(DBG).first.scroll_into_view_if_needed()
+    tab(page, DBG, "Current step")
+    runs = page.locator(f"{DBG} select").first.locator("option").count()
+    alt = page.locator(f"{DBG} button.genlab-alternative:visible").first
+    res["debugger_alternative"] = alt.inner_text()
+    alt.focus()
+    page.keyboard.press("Enter")  # the keyboard, as a mouse click would
+    wait_for(page, "([sel, n]) => document.querySelector(sel + ' select').options.length > n",
+             arg=[DBG, runs], timeout=30_000)  # fmt: skip
+    res["branch_runs"] = [runs, page.locator(f"{DBG} select").first.locator("option").count()]
+    page.locator(DBG).first.screenshot(path=str(shots / "click_to_branch.png"))
+    tab(page, DBG, "Branches")
+    wait_for(page, "(sel) => document.querySelectorAll(sel + ' .genlab-tree-node').length > 3",
+             arg=DBG, timeout=15_000)  # fmt: skip
+    res["tree_nodes"] = page.locator(f"{DBG} .genlab-tree-node").count()
+    res["tree_overflow"] = page.evaluate(OVERFLOW, DBG)
+    page.locator(DBG).first.screenshot(path=str(shots / "branch_tree.png"))
+    tab(page, DBG, "Current step")
+    # and in the Playground (its Tokens tab)
+    page.locator(PG).first.scroll_into_view_if_needed()
+    tab(page, PG, "Tokens")
+    before = sel_text(page, RESULT)  # greedy again (the beam preset above has no alternatives)
+    preset = page.locator(f"{PG} select:has(option:text-is('(preset)'))").first
+    preset.select_option(label="greedy")
+    wait_for(page, "([sel, old]) => document.querySelector(sel).innerText !== old &&"
+             " !document.querySelector('.genlab-playground').classList.contains('genlab-busy')",
+             arg=[RESULT, before], timeout=30_000)  # fmt: skip
+    alt = page.locator(f"{PG} button.genlab-alternative:visible").first
+    alt.click()
+    wait_for(page, "(sel) => document.querySelector(sel).innerText.includes('branch 1: from')",
+             arg=PG, timeout=30_000)  # fmt: skip
+    res["playground_branch"] = True
+    page.locator(PG).first.screenshot(path=str(shots / "playground_click_to_branch.png"))
+
+
 def shown_panels(page):
     """(name, selector, locator) of every panel on the page, each scrolled into view."""
     for name, sel in PANELS.items():
@@ -556,6 +622,7 @@ def main() -> int:
                 safe(lambda: debugger(page, res), res, "debugger")
                 page.locator(DBG).first.screenshot(path=str(shots / "step_debugger_long_text.png"))
                 safe(lambda: explorers(page, res, shots), res, "explorers")
+                safe(lambda: bounds_and_branches(page, res, shots), res, "issue 37")
                 safe(lambda: wide_checks(page, res, shots), res, "1020 px")
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "failure.png"))
@@ -606,6 +673,15 @@ def main() -> int:
         and "stopped" in str(res.get("stopped_status")),
         "one z-score per text": len(res.get("watermark_z_values", [])) == 2,
         "no console errors": not res.get("console_errors"),
+        "typed 1e9 refused with its bound, slider range kept": bool(res.get("refused_1e9"))
+        and res.get("slider_range_before") == res.get("slider_range_after_1e9")
+        == res.get("slider_range_after_24") and "8,192" in res["refused_1e9"]
+        and str(res.get("slider_value_after_24", "")).startswith("24"),
+        "click an alternative forks (debugger)": bool(res.get("branch_runs"))
+        and res["branch_runs"][1] == res["branch_runs"][0] + 1,
+        "the Branches tab draws the tree": res.get("tree_nodes", 0) > 3
+        and not res.get("tree_overflow"),
+        "click an alternative continues (playground)": bool(res.get("playground_branch")),
     }  # fmt: skip
     res["step_latency_p50"] = lat[len(lat) // 2]
     res["step_latency_p90"] = lat[min(len(lat) - 1, int(0.9 * len(lat)))]
