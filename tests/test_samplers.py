@@ -410,3 +410,13 @@ def test_samplers_passed_as_logits_processor_like_a_custom_processor(demo):
     assert any(r[0].fired for r in xtc.reports.values())
     plain = demo.generate("Once upon a time", max_new_tokens=4, do_sample=True, seed=0)
     assert res.text != plain.text  # removing the top choices changed the text
+
+
+def test_mirostat_learns_nothing_from_a_forced_token_it_had_removed():
+    miro = MirostatV2LogitsWarper(tau=1.0, eta=0.5)  # μ = 2 bits: keeps p >= 1/4
+    scores = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    miro(torch.tensor([[9]]), scores)
+    miro(torch.tensor([[9, 3]]), scores)  # token 3 was removed (forced, say)
+    assert miro.last_report[0].mu == 2.0 and math.isinf(miro.history([9, 3])[1].surprise)
+    miro(torch.tensor([[9, 3, 0]]), scores)  # token 0 kept: p 0.5 / 0.8 -> 0.68 bits
+    assert miro.last_report[0].mu == pytest.approx(2.0 - 0.5 * (math.log2(0.8 / 0.5) - 1.0))

@@ -434,40 +434,45 @@ class _Mirostat(LogitsProcessor):
             allowed="a learning rate in (0, 1] (0.1 is usual)",
             ok=lambda v: 0 < v <= 1,
         )
-        # prefix -> μ used at that step; prefix -> surprise of its last token (the choice)
-        self._mu: dict[tuple[int, ...], float] = {}
-        self._kept: dict[tuple[int, ...], int] = {}
-        self._surprise: dict[tuple[int, ...], float] = {}
-        # per row: (prefix, μ, log2-probabilities of the truncated distribution)
-        self._pending: dict[int, tuple[tuple[int, ...], float, torch.Tensor]] = {}
+        # keyed by the hash of the tokens so far (a step of one row's history), so that the
+        # memory grows with the length, not its square: μ used, tokens kept, and the
+        # surprise of the key's last token (the previous step's choice)
+        self._mu: dict[int, float] = {}
+        self._kept: dict[int, int] = {}
+        self._surprise: dict[int, float] = {}
+        # per row: (key, μ, log2-probabilities of the truncated distribution)
+        self._pending: dict[int, tuple[int, float, torch.Tensor]] = {}
         self.last_report: list[MirostatStep] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         out = torch.full_like(scores, -math.inf)
         reports = []
         for row in range(scores.shape[0]):
-            prefix = tuple(input_ids[row].tolist())
-            mu = self._mu_for(row, prefix)
+            tokens = tuple(input_ids[row].tolist())
+            key = hash(tokens)
+            mu = self._mu_for(row, tokens, key)
             probs = torch.softmax(scores[row].float(), dim=-1)
             keep = self._kept_ids(probs, mu)
             out[row, keep] = scores[row, keep]
             log2p = torch.full_like(probs, -math.inf)
             log2p[keep] = torch.log2(torch.softmax(scores[row, keep].float(), dim=-1))
-            self._mu[prefix], self._kept[prefix] = mu, len(keep)
-            self._pending[row] = (prefix, mu, log2p.cpu())
+            self._mu[key], self._kept[key] = mu, len(keep)
+            self._pending[row] = (key, mu, log2p.cpu())
             reports.append(MirostatStep(mu, len(keep), None))
         self.last_report = reports
         return out
 
-    def _mu_for(self, row: int, prefix: tuple[int, ...]) -> float:
-        if prefix in self._mu:
-            return self._mu[prefix]
+    def _mu_for(self, row: int, tokens: tuple[int, ...], key: int) -> float:
+        if key in self._mu:
+            return self._mu[key]
         pending = self._pending.get(row)
-        if pending is not None and pending[0] == prefix[:-1]:
+        if pending is not None and len(tokens) > 1 and pending[0] == hash(tokens[:-1]):
             _, mu, log2p = pending
-            token = prefix[-1]
+            token = tokens[-1]
             surprise = -float(log2p[token]) if token < len(log2p) else math.inf
-            self._surprise[prefix] = surprise
+            self._surprise[key] = surprise
+            if not math.isfinite(surprise):
+                return mu  # a forced token outside the kept set: nothing to learn from
             return _f32(_f32(mu) - _f32(self.eta) * _f32(_f32(surprise) - _f32(self.tau)))
         return _f32(2.0 * self.tau)
 
@@ -483,18 +488,18 @@ class _Mirostat(LogitsProcessor):
         tokens = tuple(tokens)
         out = []
         for length in range(max(start, 1), len(tokens) + 1):
-            prefix = tokens[:length]
-            if prefix not in self._mu:
+            key = hash(tokens[:length])
+            if key not in self._mu:
                 continue
-            surprise = self._surprise.get(tokens[: length + 1])
+            surprise = self._surprise.get(hash(tokens[: length + 1]))
             if surprise is None and length < len(tokens):
-                surprise = self._pending_surprise(prefix, tokens[length])
-            out.append(MirostatStep(self._mu[prefix], self._kept[prefix], surprise))
+                surprise = self._pending_surprise(key, tokens[length])
+            out.append(MirostatStep(self._mu[key], self._kept[key], surprise))
         return out
 
-    def _pending_surprise(self, prefix: tuple[int, ...], token: int) -> float | None:
-        for key, _mu, log2p in self._pending.values():
-            if key == prefix:
+    def _pending_surprise(self, key: int, token: int) -> float | None:
+        for pending_key, _mu, log2p in self._pending.values():
+            if pending_key == key:
                 return -float(log2p[token])
         return None
 
