@@ -150,6 +150,7 @@ class _Adapter:
         self.lib = None
         self.why = "no look yet"
         self.others: float | None = None
+        self.blind = False
 
     def off_reason(self) -> str | None:
         if _setting() == "off":
@@ -163,6 +164,7 @@ class _Adapter:
         now = cpu_reading()
         if now is None:
             self.why = "/proc/stat cannot be read: OpenMP's default"
+            self.blind = True  # no later look either (not Linux, or no /proc)
             return
         before = self.reading
         if before is None or now[0] - before[0] > STALE:
@@ -223,7 +225,7 @@ def adapt() -> None:
     the last look (see the module docstring); at most one look every :func:`window`
     seconds, otherwise a clock read. Called by the engine at every step."""
     a = _adapter
-    if a.reading is not None and time.monotonic() - a.reading[0] < window():
+    if a.blind or (a.reading is not None and time.monotonic() - a.reading[0] < window()):
         return
     if not a.lock.acquire(blocking=False):  # another thread is looking
         return

@@ -125,6 +125,16 @@ def test_the_users_own_settings_turn_parking_off_and_keep_the_count(machine, mon
     assert torch.get_num_threads() == 1 and not threads.status()["parked"]
 
 
+def test_without_proc_stat_nothing_is_parked_and_steps_stop_looking(machine, monkeypatch):
+    machine.reads = 0
+    monkeypatch.setattr(threads, "cpu_reading", lambda: machine.reading() and None)
+    threads.adapt()
+    machine.wait(2.5)
+    threads.adapt()
+    assert machine.reads == 1 and not threads.status()["parked"]
+    assert "cannot be read" in threads.status()["why"]
+
+
 def test_others_busy_leaves_this_process_out():
     assert threads.others_busy((0.0, 10.0, 5.0), (2.0, 14.0, 6.0)) == pytest.approx(1.5)
     assert threads.others_busy((0.0, 10.0, 5.0), (1.0, 11.0, 6.5)) == 0.0
