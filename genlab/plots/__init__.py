@@ -10,6 +10,8 @@ here imports widgets. Grouped by subject:
 * :mod:`genlab.plots.inside`: the logit lens, attention, per-token scores, sweep metrics;
 * :mod:`genlab.plots.strategies`: assisted decoding's acceptance, contrastive search's
   candidates;
+* :mod:`genlab.plots.samplers`: what DRY, XTC and mirostat did in a run (repeats
+  matched, fires, μ against the surprise);
 * :mod:`genlab.plots.steering`: input attribution, activation patching, steering sweeps.
 """
 
@@ -36,6 +38,10 @@ _LAZY = {
     "attribution_heatmap": "steering",
     "patching_heatmap": "steering",
     "steering_plot": "steering",
+    "dry_table": "samplers",
+    "xtc_table": "samplers",
+    "mirostat_table": "samplers",
+    "mirostat_plot": "samplers",
 }
 
 

@@ -39,7 +39,16 @@ def _text(run: Any, ids) -> str:
 
 def dry_table(run: Any, row: int = 0) -> pd.DataFrame:
     """One line per token DRY penalised at each step: ``step, token, repeat_length,
-    penalty, sequence`` (the repeat that token would have extended)."""
+    penalty, sequence`` (the repeat that token would have extended).
+
+    run: a run started with ``dry_multiplier`` > 0; row: which of its rows.
+
+    >>> run = lm.start("red blue green. red blue green. red blue", max_new_tokens=2,
+    ...                dry_multiplier=0.8)
+    >>> _ = run.run()
+    >>> dry_table(run).columns.tolist()
+    ['step', 'token', 'repeat_length', 'penalty', 'sequence']
+    """
     dry = _find(run, (DRYLogitsProcessor,), "DRY (dry_multiplier)")
     start = run.given.prompt_length
     lines = []
@@ -59,7 +68,16 @@ def dry_table(run: Any, row: int = 0) -> pd.DataFrame:
 
 
 def xtc_table(run: Any, row: int = 0) -> pd.DataFrame:
-    """One line per step: ``step, drawn, fired, removed`` (the tokens XTC took away)."""
+    """One line per step: ``step, drawn, fired, removed`` (the tokens XTC took away).
+
+    run: a run started with ``xtc_probability`` > 0 (and sampling); row: which of its rows.
+
+    >>> run = lm.start("Once upon a time", max_new_tokens=3, do_sample=True, seed=0,
+    ...                xtc_probability=0.5)
+    >>> _ = run.run()
+    >>> len(xtc_table(run))
+    3
+    """
     xtc = _find(run, (XTCLogitsWarper,), "XTC (xtc_probability)")
     start = run.given.prompt_length
     lines = []
@@ -74,7 +92,16 @@ def xtc_table(run: Any, row: int = 0) -> pd.DataFrame:
 
 def mirostat_table(run: Any, row: int = 0) -> pd.DataFrame:
     """One line per step: ``step, mu, kept, surprise`` (bits; NaN for a step whose token
-    is not chosen yet), and ``tau`` the target."""
+    is not chosen yet), and ``tau`` the target.
+
+    run: a run started with ``mirostat_mode`` 1 or 2 (and sampling); row: which of its rows.
+
+    >>> run = lm.start("Once upon a time", max_new_tokens=3, do_sample=True, seed=0,
+    ...                top_k=0, mirostat_mode=2)
+    >>> _ = run.run()
+    >>> float(mirostat_table(run)["mu"].iloc[0])   # 2 tau, tau = 5 bits by default
+    10.0
+    """
     miro = _find(run, (MirostatLogitsWarper, MirostatV2LogitsWarper), "mirostat (mirostat_mode)")
     steps = miro.history(run.sequences[row], start=run.given.prompt_length)
     return pd.DataFrame(
@@ -90,6 +117,9 @@ def mirostat_table(run: Any, row: int = 0) -> pd.DataFrame:
 
 def mirostat_plot(run_or_table: Any, row: int = 0, ax=None) -> Figure:
     """μ and the chosen tokens' surprise over the steps, with the target τ.
+
+    run_or_table: a run started with mirostat on, or :func:`mirostat_table`'s table;
+    row: which row of the run; ax: a matplotlib axes to draw into (else a new figure).
 
     >>> import pandas as pd
     >>> t = pd.DataFrame({"step": [0, 1], "mu": [6.0, 5.8], "kept": [9, 4],
