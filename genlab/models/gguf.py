@@ -253,8 +253,13 @@ def dequantized(tensor) -> np.ndarray:
     return values.astype(np.float32, copy=False)
 
 
-def gguf_state_dict(reader, config: dict, path: str | os.PathLike = "") -> dict[str, torch.Tensor]:
+def gguf_state_dict(
+    reader, config: dict, path: str | os.PathLike = "", *, shapes_only: tuple[str, ...] = ()
+) -> dict[str, torch.Tensor]:
     """All tensors as float32 torch tensors under transformers' names.
+
+    shapes_only: GGUF tensor types (``("Q4_1",)``) given as shapes alone (tensors on the
+    ``meta`` device, no memory): for a decoder built from the file's own blocks.
 
     A tensor with NaN or infinite values (random or damaged bytes) is a ValueError naming
     the tensor (by its GGUF name) and ``path``.
@@ -266,6 +271,10 @@ def gguf_state_dict(reader, config: dict, path: str | os.PathLike = "") -> dict[
         name = transformers_name(tensor.name)
         if name is None:
             logger.warning("ignoring GGUF tensor %s (no transformers equivalent)", tensor.name)
+            continue
+        if tensor.tensor_type.name in shapes_only:
+            shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
+            state_dict[name] = torch.empty(shape, device="meta")
             continue
         values = dequantized(tensor)
         if name.endswith("q_proj.weight"):
@@ -354,7 +363,8 @@ def read_gguf(
     path: str | os.PathLike, *, add_bos_token: bool | None = None, blocks: bool = False
 ) -> GGUFCheckpoint:
     """Read a GGUF file into config, float32 state dict, tokenizer and generation defaults
-    (and, with ``blocks=True``, its Q4_1 tensors' own 4-bit blocks).
+    (and, with ``blocks=True``, its Q4_1 tensors' own 4-bit blocks instead of their floats:
+    those are then shapes alone, on the ``meta`` device).
 
     Raises ValueError when the file is missing, not GGUF, truncated, or of an unsupported
     architecture / tokenizer.
@@ -375,7 +385,7 @@ def read_gguf(
 
     config = gguf_config(reader)
     start = time.perf_counter()
-    state_dict = gguf_state_dict(reader, config, path)
+    state_dict = gguf_state_dict(reader, config, path, shapes_only=("Q4_1",) if blocks else ())
     timings["dequantize"] = time.perf_counter() - start
 
     start = time.perf_counter()
