@@ -153,13 +153,17 @@ def apply() -> list[str]:
     if "widen" in names:  # the old slider: a typed value widens its range for good
         import genlab.widgets.fields as fields
 
-        def widen(self, value):
-            if self.slider is not None:
+        old_read = fields.NumberControl.read
+
+        def read(self):  # as it was: the slider follows every typed value, refused or not
+            value = old_read(self)
+            if value is not None and self.slider is not None:
                 self.slider.max = max(self.slider.max, value)
                 self.slider.min = min(self.slider.min, value)
                 self.slider.value = value
+            return value
 
-        fields.NumberControl._rest_slider = widen
+        fields.NumberControl.read = read
     if "branch" in names:  # an alternative clicked is forced in place, or nothing
         debugger.StepDebugger.branch = lambda self, token: self.force(token)
         playground.Playground.branch = lambda self, position, token: None
