@@ -127,3 +127,14 @@ def test_the_playground_continues_from_a_clicked_alternative_and_keeps_its_resul
     assert "branch 1" in pg.static_html()
     with pytest.raises(ValueError, match="position must be a token of the result"):
         pg.branch(99, want)
+
+
+def test_beam_search_offers_no_alternatives_to_click(uniform):
+    from genlab.widgets.playground import Playground
+
+    pg = Playground(uniform, "a", max_new_tokens=3, num_beams=2)
+    assert pg.alternatives(0) == [] and pg.alt_label.layout.display == "none"
+    assert all(b.layout.display == "none" for b in pg.alt_buttons)
+    pg.panel.set("num_beams", 1)
+    pg.update(sync=True)
+    assert pg.alt_label.layout.display is None and pg.alt_buttons[0].layout.display is None

@@ -184,6 +184,7 @@ class Playground(LiveView):
             b.token_id = None
             b.on_click(lambda btn: self._branch_clicked(btn))
         self.branch_view = widgets.HTML()
+        self.alt_label = widgets.HTML("continue with:")
 
         self.panel.on_change(lambda panel, names: self.on_input())
         self.position.observe(lambda _: self._show_topk(), names="value")
@@ -208,7 +209,7 @@ class Playground(LiveView):
         )
         branching = widgets.VBox(
             [
-                controls_row(widgets.HTML("continue with:"), self.branch_at, *self.alt_buttons),
+                controls_row(self.alt_label, self.branch_at, *self.alt_buttons),
                 self.branch_view,
             ]
         )
@@ -359,6 +360,8 @@ class Playground(LiveView):
 
     def _show_alternatives(self) -> None:
         alts = self.alternatives(int(self.branch_at.value)) if self.result is not None else []
+        shown = None if alts else "none"  # beam search: no single distribution per token
+        self.alt_label.layout.display = self.branch_at.layout.display = shown
         padded = (alts + [None] * BRANCH_BUTTONS)[:BRANCH_BUTTONS]
         for b, alt in zip(self.alt_buttons, padded, strict=True):
             b.layout.display = "none" if alt is None else None
