@@ -354,7 +354,9 @@ class LM:
     def compare(self, other, prompts=None, **kwargs):
         """How ``other`` (another LM on the same vocabulary: a quantized copy, another
         dtype) differs from this LM token by token: top-1 agreement and KL per position of
-        this LM's greedy continuations (a DataFrame; see :func:`genlab.agreement.compare`)."""
+        this LM's greedy continuations of ``prompts`` (texts or ids; None: four chat
+        questions), a DataFrame; ``kwargs``: ``max_new_tokens``, ``chat`` (see
+        :func:`genlab.agreement.compare`)."""
         from .agreement import compare
 
         return compare(self, other, prompts, **kwargs)
