@@ -7,6 +7,8 @@
 * :class:`WatermarkExplorer` -- green/red tokens, running z-score, the green list;
 * :class:`BeamExplorer` -- the beam tree by step, the hypothesis pool, the early stop;
 * :class:`LensView` -- the logit lens and the attention of each generated token;
+* :class:`InsideView` -- a steering vector at a layer with a strength slider, and the
+  attribution heatmap of the generated text;
 * :class:`SweepView` -- a sampling sweep over a grid of settings, its metrics and samples;
 * :class:`BranchTree` -- every run explored (forks, forced tokens, alternatives clicked)
   as one tree of tokens, to continue from any node (a tab of the StepDebugger).
@@ -32,6 +34,7 @@ _LAZY = {
     "BeamExplorer": "explorers",
     "LensView": "inside",
     "SweepView": "sweep",
+    "InsideView": "steering",
     "BranchTree": "tree",
 }
 
