@@ -49,24 +49,24 @@ def test_lens_view_stop_ends_the_generation_early_and_shows_what_it_made(lm, slo
     view = LensView(lm, PROMPT, max_new_tokens=4, eos_token_id=None)
     first = view.lens
     assert view.error is None and len(first.steps) == 4 and not _busy(view)
-    view.config["max_new_tokens"] = 300
+    view.config["max_new_tokens"] = 240  # (the model reads 256 positions)
     view.update()
-    _until(lambda: view.progress.max == 300 and view.progress.value >= 3)
-    assert _busy(view) and view.progress.max == 300
+    _until(lambda: view.progress.max == 240 and view.progress.value >= 3)
+    assert _busy(view) and view.progress.max == 240
     assert view.lens is first  # the last good result stays on screen while it runs
     view.stop_button.click()
     view.wait(20)
     assert not _busy(view) and view.error is None
-    assert view.lens is not first and 3 <= len(view.lens.steps) < 300
+    assert view.lens is not first and 3 <= len(view.lens.steps) < 240
     assert "stopped" in view.status.value
     assert view.step_slider.max == len(view.lens.steps) - 1
 
 
 def test_lens_view_a_click_during_a_run_replaces_it_in_order(lm, slow):
     view = LensView(lm, PROMPT, max_new_tokens=3, eos_token_id=None)
-    view.config["max_new_tokens"] = 300
+    view.config["max_new_tokens"] = 240  # (the model reads 256 positions)
     view.update()
-    _until(lambda: view.progress.max == 300 and view.progress.value >= 2)
+    _until(lambda: view.progress.max == 240 and view.progress.value >= 2)
     view.config["max_new_tokens"] = 5
     view.generate_button.click()  # replaces the running generation, never after it
     view.wait(20)
