@@ -176,7 +176,9 @@ def attribute(
             try:
                 logits = logits_of(emb)
             except RuntimeError as err:
-                raise ValueError(f"attribution: the model gives no gradients here ({err})") from err
+                raise ValueError(
+                    f"attribution: the model's forward pass failed with gradients on ({err})"
+                ) from err
             total = 0
             for r, (s, _, _) in enumerate(part):
                 t = seq.start + s  # the target token's position; predicted at t - 1
@@ -188,7 +190,14 @@ def attribute(
                     "attribution: the model's output does not depend on its embeddings through "
                     "gradients (a quantized or detached model); use a float model"
                 )
-            (g,) = torch.autograd.grad(total, emb)
+            try:
+                (g,) = torch.autograd.grad(total, emb)
+            except RuntimeError as err:  # e.g. int8 / int4 products have no derivative
+                raise ValueError(
+                    "attribution needs gradients through the model, and this one gives none "
+                    f"({str(err).splitlines()[0]}): a quantized model? load it without "
+                    "quantization= (float32 or bfloat16) to attribute"
+                ) from err
             for r, (s, _, w) in enumerate(part):
                 grads[s] += g[r].float() * w
     tokens = [shown(seq.tokenizer, int(t)) for t in ids.tolist()]

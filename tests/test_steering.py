@@ -178,3 +178,16 @@ def test_sweep_table_on_demo(demo):
     )
     assert list(table.strength) == [0.0, 0.6]
     assert table.changed.iloc[0] == 0 and table.changed.iloc[1] > 0
+
+
+def test_attribution_on_a_quantized_model_says_so():
+    lm = genlab.load("demo", quantization="int8")
+    run = lm.start("The capital of France is", max_new_tokens=2)
+    run.run()
+    with pytest.raises(ValueError, match="quantization="):
+        attribute(run)
+    # hooks inside still work there: adding zeros changes nothing
+    same = lm.start("The capital of France is", max_new_tokens=2)
+    with same.hooks({"blocks.3.hook_resid_post": genlab.steer(torch.zeros(576))}):
+        same.run()
+    assert same.sequences.tolist() == run.sequences.tolist()
