@@ -55,6 +55,18 @@ def _image(png: bytes, image: widgets.Image) -> None:
     image.layout.max_width = "none"
 
 
+def focused_heads(att, n: int = 12):
+    """The ``n`` heads that put the largest weight on one token other than the first and
+    the query itself (``focus``), most focused first: the criterion of
+    :func:`~genlab.plots.inside.focused_head`, so that its choice is the first row."""
+    w = att.weights
+    rest = w[:, :, 1:-1] if w.shape[-1] > 2 else w
+    focus = rest.amax(-1)
+    summary = att.summary()
+    summary.insert(2, "focus", [float(focus[r.layer - 1, r.head]) for r in summary.itertuples()])
+    return summary.sort_values("focus", ascending=False, kind="stable").head(n)
+
+
 class LensView(LiveView):
     """The logit lens and the attention of a generation (see the module docstring).
 
@@ -105,8 +117,10 @@ class LensView(LiveView):
                                           indent=False)  # fmt: skip
         self.attention_image = figure_image()
         self.attention_table = widgets.HTML()
-        for w in (self.step_slider, self.layer_slider, self.head_slider, self.auto_head):
+        for w in (self.step_slider, self.auto_head):
             w.observe(lambda _: self._on_controls(), names="value")
+        for w in (self.layer_slider, self.head_slider):  # choosing a head: no longer "auto"
+            w.observe(lambda _: self._chose_head(), names="value")
         self._quiet = False
         lens_tab = widgets.VBox([scroll_box(self.lens_image), self.lens_table])
         att_tab = widgets.VBox([
@@ -242,6 +256,17 @@ class LensView(LiveView):
         if not self._quiet and self.lens is not None:
             self._update_step()
 
+    def _chose_head(self) -> None:
+        """A layer or head slider moved by the user: that head is shown, and "most focused
+        head" is unticked (it snapped the slider back before)."""
+        if self._quiet or self.lens is None:
+            return
+        if self.auto_head.value:
+            self._quiet = True
+            self.auto_head.value = False
+            self._quiet = False
+        self._update_step()
+
     def _update_step(self) -> None:
         step = self.step_slider.value
         self.lens_png = _png(lens_heatmap(self.lens, highlight=self.lens.steps[step]))
@@ -273,10 +298,8 @@ class LensView(LiveView):
         fig = attention_heatmap(att, layer=layer, head=head)
         self.attention_png = _png(fig)
         _image(self.attention_png, self.attention_image)
-        summary = att.summary()
-        summary = summary[summary.max_position != 0]  # the attention sink aside
-        summary = summary.sort_values("max_weight", ascending=False).head(12)
         self.attention_table.value = (
-            "<b>the 12 most focused heads</b> (largest single weight), leaving out those that "
-            "rest on the first token (the attention sink)" + frame_html(summary)
+            "<b>the 12 most focused heads</b>: the largest weight on one token other than "
+            "the first (the attention sink) and the query itself; the first row is the head "
+            "'most focused head' shows" + frame_html(focused_heads(att))
         )
