@@ -302,3 +302,22 @@ def test_a_panels_view_saves_as_one_self_contained_html_file(classic, tmp_path):
     assert "http://" not in page and "https://" not in page and "<script" not in page
     panel = ConfigPanel(GenerationConfig(max_new_tokens=8))
     assert "max_new_tokens" in panel.save_html(tmp_path / "c.html").read_text(encoding="utf-8")
+
+
+def test_a_refused_click_message_goes_when_the_run_ends(uniform):
+    import asyncio
+
+    dbg = StepDebugger(uniform, "a", max_new_tokens=200)
+
+    async def main():
+        dbg.run_button.click()
+        await asyncio.sleep(0.05)
+        dbg.rewind_button.click()  # refused while the Run goes on, in words
+        assert "not applied" in dbg.status.value and "Press Stop first" in dbg.status.value
+        dbg.stop_button.click()
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    dbg.wait()
+    assert not dbg.worker.busy and "stopped after" in dbg.status.value  # why it stopped
+    assert "not applied" not in dbg.status.value  # its cause (the Run) is gone
