@@ -214,6 +214,7 @@ class ModelSpec:
     source: str
     revision: str | None = None
     dtype: str | None = None  # a torch dtype's name: "bfloat16"
+    quantization: str | None = None  # "int4" or "int8"
 
 
 def _spec_of(lm) -> ModelSpec:
@@ -229,6 +230,7 @@ def _spec_of(lm) -> ModelSpec:
         str(args["source"]),
         args.get("revision"),
         None if dtype is None else str(dtype).removeprefix("torch."),
+        args.get("quantization"),
     )
 
 
@@ -242,7 +244,9 @@ def worker_model(spec: ModelSpec):
     if spec not in _WORKER_MODELS:
         from .lm import load
 
-        _WORKER_MODELS[spec] = load(spec.source, revision=spec.revision, dtype=spec.dtype)
+        _WORKER_MODELS[spec] = load(
+            spec.source, revision=spec.revision, dtype=spec.dtype, quantization=spec.quantization
+        )
         WORKER_LOADS.append(spec)
     return _WORKER_MODELS[spec]
 

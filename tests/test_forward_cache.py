@@ -265,30 +265,37 @@ CALLS = st.lists(
         {
             "prompt": st.sampled_from([0, 1]),
             "max_new_tokens": st.integers(1, 6),
-            "mode": st.sampled_from(["greedy", "sample", "penalty", "hidden", "attn", "edit"]),
+            "mode": st.sampled_from(
+                ["greedy", "sample", "penalty", "hidden", "attn", "hook", "edit"]
+            ),
+            "dtype": st.sampled_from(["float32", "bfloat16"]),
             "seed": st.integers(0, 3),
         }
     ),
     min_size=2,
-    max_size=6,
+    max_size=7,
 )
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(calls=CALLS)
-def test_random_sequences_of_calls_equal_a_fresh_lm(calls):
-    """Outputs asked for, processors, seeds and weight edits in any order: each answer equals
-    what a fresh LM on the same weights gives."""
+def test_random_sequences_of_calls_equal_a_fresh_computation(calls):
+    """Outputs asked for, processors, seeds, hooks inside the layers, weight edits and two
+    dtypes sharing one cache, in any order: each answer equals the same call without a cache."""
     hf = tiny_llama(2)
-    model = build_decoder(hf.config.to_dict(), hf.state_dict(), packed=False)
-    lm = genlab.LM(model)
+    models = {
+        name: build_decoder(hf.config.to_dict(), hf.state_dict(), packed=False, dtype=dtype)
+        for name, dtype in [("float32", torch.float32), ("bfloat16", torch.bfloat16)]
+    }
+    shared = ForwardCache()
     prompts = [PROMPT, torch.tensor([[1, 9, 9, 4]])]
     for call in calls:
+        model = models[call["dtype"]]
         if call["mode"] == "edit":
             with torch.no_grad():
                 model.layers[call["seed"] % 2].o.mul_(1.0 + 0.01 * (call["seed"] + 1))
             continue
-        cfg = dict(max_new_tokens=call["max_new_tokens"], **OUTPUTS)
+        cfg = dict(max_new_tokens=call["max_new_tokens"], **OUTPUTS, return_dict_in_generate=True)
         if call["mode"] == "sample":
             cfg.update(do_sample=True, seed=call["seed"])
         elif call["mode"] == "penalty":
@@ -297,5 +304,20 @@ def test_random_sequences_of_calls_equal_a_fresh_lm(calls):
             cfg.update(output_hidden_states=True)
         elif call["mode"] == "attn":
             cfg.update(output_attentions=True)
-        prompt = prompts[call["prompt"]]
-        assert_identical(lm.generate(prompt, **cfg), cold(lm).generate(prompt, **cfg))
+        outputs = []
+        for cache in (shared, None):
+            run = genlab.start(model, prompts[call["prompt"]], forward_cache=cache, **cfg)
+            if call["mode"] == "hook":
+                shift = torch.full((32,), 0.05 * (call["seed"] + 1), dtype=model.dtype)
+                with run.hooks({"blocks.0.hook_resid_post": genlab.steer(shift)}):
+                    outputs.append(run.run())
+            else:
+                outputs.append(run.run())
+        served, fresh = outputs
+        assert torch.equal(served.sequences, fresh.sequences)
+        for field in ("logits", "hidden_states", "attentions"):
+            a, b = getattr(served, field, None), getattr(fresh, field, None)
+            assert (a is None) == (b is None)
+            if a is not None:
+                for x, y in zip(_flatten(a), _flatten(b), strict=True):
+                    assert torch.equal(x, y), field
