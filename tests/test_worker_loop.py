@@ -140,7 +140,11 @@ def test_an_error_in_a_step_is_shown_and_the_last_result_kept(caplog):
 
     with caplog.at_level(logging.ERROR, logger="genlab.widgets"):
         good = in_loop(go)
-    assert pg.error == "RuntimeError: the model broke"
+    # in words, never the raw RuntimeError (issue 37), its own text kept
+    assert (
+        pg.error
+        == "the model could not run these settings (the model broke); change them and retry."
+    )
     assert pg.result is good and "last good result" in pg.status.value
     assert "genlab-error" in pg.status.value and pg.version == 1
     assert not caplog.records  # the widget showed it: nothing to log
