@@ -70,7 +70,7 @@ export GENLAB_FROM_WHEEL=1
 # checkout on sys.path, and genlab would be imported from it instead of the wheel
 "$FRESH/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile -m "not reference" \
   --confcutdir "$ROOT/tests" tests
-NB=$(ls notebooks/01_*.ipynb notebooks/12_*.ipynb)
+NB=$(ls notebooks/01_*.ipynb notebooks/21_*.ipynb)
 OMP_NUM_THREADS=1 "$FRESH/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile --nbval \
   --confcutdir "$ROOT/notebooks" \
   --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg $NB

@@ -3,8 +3,8 @@ the demo model (issues 20 and 27).
 
 Each test pins one sentence of a lesson: if the library or the model changes, the lesson
 must change with it. Most tests read the committed notebooks and execute nothing; a few
-recompute a model fact the prose states (the Apples/apples coin flip of lesson 06, the
-top-p and min-p counts of 02b) on the demo model.
+recompute a model fact the prose states (the Apples/apples coin flip of lesson 12, the
+top-p and min-p counts of 04) on the demo model.
 """
 
 from __future__ import annotations
@@ -30,31 +30,31 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 # the lessons in course order; the appendix last
 COURSE = [
     "01_quickstart",
-    "01b_why_decoding_matters",
-    "02_decoding_strategies",
-    "02b_temperature_and_truncation",
-    "11_sampling_sweeps",
-    "03_processor_waterfall",
-    "11b_samplers_people_use",
-    "03b_stopping_and_batching",
-    "04_beam_search",
-    "04c_beam_curse_and_reranking",
-    "05_watermarking",
-    "06_assisted_decoding",
-    "10d_quantization_and_self_speculation",
-    "07_contrastive_search",
-    "07b_guidance",
-    "09_hooks_and_interventions",
-    "09b_grammar_and_contrastive_decoding",
-    "10_inside_the_model",
-    "10b_dola",
-    "10c_steering_and_attribution",
-    "12_appendix_widget_tour",
+    "02_why_decoding_matters",
+    "03_decoding_strategies",
+    "04_temperature_and_truncation",
+    "05_sampling_sweeps",
+    "06_processor_waterfall",
+    "07_samplers_people_use",
+    "08_stopping_and_batching",
+    "09_beam_search",
+    "10_beam_curse_and_reranking",
+    "11_watermarking",
+    "12_assisted_decoding",
+    "13_quantization_and_self_speculation",
+    "14_contrastive_search",
+    "15_guidance",
+    "16_hooks_and_interventions",
+    "17_grammar_and_contrastive_decoding",
+    "18_inside_the_model",
+    "19_dola",
+    "20_steering_and_attribution",
+    "21_appendix_widget_tour",
 ]
 # lessons that landed while the course was renumbered (issue 38) and whose exercises do not
 # follow the course's format yet (a `guess = None` check cell, a folded answer): they are in
 # the course order and the teacher's pack, not yet in the per-lesson format checks
-PENDING = {"10d_quantization_and_self_speculation"}
+PENDING = {"13_quantization_and_self_speculation"}
 LESSONS = [ROOT / "notebooks" / f"{name}.ipynb" for name in COURSE if name not in PENDING]
 GUESS = re.compile(r"^guess\w* = None\b", re.M)
 
@@ -104,7 +104,7 @@ def _exercises(path: Path) -> list[tuple[int, list[dict]]]:
     ]
 
 
-# -- 09: a custom logits_processor runs before the warpers and the watermark -------------
+# -- 16: a custom logits_processor runs before the warpers and the watermark -------------
 
 
 class _Mine:
@@ -131,7 +131,7 @@ def test_custom_processor_runs_before_temperature_topk_topp_and_watermark():
     for later in ("TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper"):
         assert mine < names.index(later), names
     assert mine < names.index("WatermarkLogitsProcessor"), names
-    prose = _prose(_notebook("09_"))
+    prose = _prose(_notebook("16_"))
     assert "runs after the built-in processors" not in _flat(prose)
     assert "before temperature" in prose
 
@@ -148,12 +148,12 @@ def test_guidance_and_sequence_bias_run_first_as_lesson_03_draws_it():
         "UnbatchedClassifierFreeGuidanceLogitsProcessor",
         "SequenceBiasLogitsProcessor",
     ], names
-    first = _prose(_notebook("03_")).split("```")[1]
+    first = _prose(_notebook("06_")).split("```")[1]
     assert first.index("classifier-free guidance") < first.index("repetition_penalty")
     assert "sequence_bias" in first.split("->")[1]
 
 
-# -- 02: eta equals epsilon unless the entropy is above ln(1 / sqrt(epsilon)) ------------
+# -- 03: eta equals epsilon unless the entropy is above ln(1 / sqrt(epsilon)) ------------
 
 
 def _eta_kept(probs: torch.Tensor, eps: float) -> torch.Tensor:
@@ -179,7 +179,7 @@ def test_eta_equals_epsilon_below_the_entropy_bound_and_is_laxer_above():
 
 
 def test_a_cut_that_keeps_the_winner_draws_the_same_token_with_the_same_seed():
-    # lesson 02: pure sampling, epsilon and eta start with the same token (shared random
+    # lesson 03: pure sampling, epsilon and eta start with the same token (shared random
     # numbers; renormalising the kept tokens does not change the race's winner)
     torch.manual_seed(1)
     p = torch.rand(1000) ** 8
@@ -194,10 +194,10 @@ def test_a_cut_that_keeps_the_winner_draws_the_same_token_with_the_same_seed():
             assert a == b
             same += 1
     assert same > 30
-    assert "exponential race" in _prose(_notebook("02_"))
+    assert "exponential race" in _prose(_notebook("03_"))
 
 
-# -- 10b: DoLa's relative_top keeps the tokens with p >= 0.1 * p_max ----------------------
+# -- 19: DoLa's relative_top keeps the tokens with p >= 0.1 * p_max ----------------------
 
 
 def test_dola_relative_top_keeps_tokens_with_at_least_a_tenth_of_the_top_probability():
@@ -206,17 +206,17 @@ def test_dola_relative_top_keeps_tokens_with_at_least_a_tenth_of_the_top_probabi
     final, _ = relative_top_filter(probs.log(), probs.log(), 0.1)
     kept = torch.isfinite(final)[0]
     assert kept.tolist() == (probs[0] >= 0.1 * probs[0].max()).tolist()
-    prose = _prose(_notebook("10b_"))
+    prose = _prose(_notebook("19_"))
     assert "0.1 · p_max" in prose or "0.1 × p_max" in prose
     assert "tokens within 10 % of the most likely" not in prose
 
 
 def test_hub_moved_methods_show_the_call_a_transformers_user_writes_today():
     for prefix, repo in [
-        ("07_", "transformers-community/contrastive-search"),
-        ("10b_", "transformers-community/dola"),
-        ("04_", "transformers-community/group-beam-search"),
-        ("04_", "transformers-community/constrained-beam-search"),
+        ("14_", "transformers-community/contrastive-search"),
+        ("19_", "transformers-community/dola"),
+        ("09_", "transformers-community/group-beam-search"),
+        ("09_", "transformers-community/constrained-beam-search"),
     ]:
         path = _notebook(prefix)
         shown = [
@@ -231,18 +231,18 @@ def test_hub_moved_methods_show_the_call_a_transformers_user_writes_today():
         # shown as text, never executed (no network here)
         for c in _cells(path):
             assert c["cell_type"] != "code" or "custom_generate" not in _src(c)
-    prose = "\n".join(_prose(_notebook(p)) for p in ("07_", "07b_", "10b_"))
+    prose = "\n".join(_prose(_notebook(p)) for p in ("14_", "15_", "19_"))
     assert "the last version that runs them locally" not in prose
     assert "4.56" in prose
-    assert "8,848.86" in _prose(_notebook("10b_"))
-    assert "last prompt token" in _prose(_notebook("07b_"))
+    assert "8,848.86" in _prose(_notebook("19_"))
+    assert "last prompt token" in _prose(_notebook("15_"))
 
 
-def test_06_says_prompt_lookup_falls_back_to_shorter_ngrams():
-    assert "shorter" in _prose(_notebook("06_"))
+def test_12_says_prompt_lookup_falls_back_to_shorter_ngrams():
+    assert "shorter" in _prose(_notebook("12_"))
 
 
-# -- 04: what the diverse-beam tree marks `diversity` -----------------------------------
+# -- 09: what the diverse-beam tree marks `diversity` -----------------------------------
 
 
 def test_diversity_marks_only_candidates_pushed_out_of_the_candidate_list(demo):
@@ -264,7 +264,7 @@ def test_diversity_marks_only_candidates_pushed_out_of_the_candidate_list(demo):
     cands = g1[g1.fate != "diversity"]
     for token_id in g1[g1.fate == "diversity"].token_id:
         assert token_id not in set(cands.token_id)
-    prose = _prose(_notebook("04_"))
+    prose = _prose(_notebook("09_"))
     assert "would have kept without the penalty are\nmarked" not in prose
     assert "`rejected`" in prose
 
@@ -284,7 +284,7 @@ def _p(lm, probs, word):
     return float(probs[lm.tokenizer.encode(word, add_special_tokens=False)[0]])
 
 
-def test_06_apples_and_Apples_are_a_coin_flip_after_the_list_is(demo):
+def test_12_apples_and_Apples_are_a_coin_flip_after_the_list_is(demo):
     prompt = "Copy this list exactly: apples, pears, plums, cherries, grapes, lemons, limes, figs."
     probs = _next_probs(demo, prompt, "The list is:")
     lower, upper = _p(demo, probs, " apples"), _p(demo, probs, " Apples")
@@ -292,14 +292,14 @@ def test_06_apples_and_Apples_are_a_coin_flip_after_the_list_is(demo):
     assert abs(lower - upper) < 0.01  # a coin flip, not a preference for capitals
     after = _next_probs(demo, prompt, "The list is: Apples,")
     assert _p(demo, after, " Pears") > 2 * _p(demo, after, " pears")  # then capitals stick
-    prose = _flat(_prose(_notebook("06_")))
+    prose = _flat(_prose(_notebook("12_")))
     assert 'prefers "Apples, Pears" with capitals' not in prose
     assert '" apples" 0.318 and " Apples" 0.316: a coin flip' in prose
     assert "costs the same whether it checks one position or ten" not in prose
     assert "as measured" not in prose
 
 
-def test_02b_top_p_drops_a_legitimate_and_and_min_p_tames_a_hot_temperature(demo):
+def test_04_top_p_drops_a_legitimate_and_and_min_p_tames_a_hot_temperature(demo):
     ids, _ = demo.encode("Monday, Tuesday, Wednesday, Thursday,")
     with torch.no_grad():
         peaked = demo.model.forward(ids).logits[0, -1].float().softmax(-1)
@@ -311,7 +311,7 @@ def test_02b_top_p_drops_a_legitimate_and_and_min_p_tames_a_hot_temperature(demo
     with torch.no_grad():
         hot = (demo.model.forward(ids).logits[0, -1].float() / 2.0).softmax(-1)
     assert int((hot >= 0.1 * hot.max()).sum()) == 29
-    prose = _flat(_prose(_notebook("02b_")))
+    prose = _flat(_prose(_notebook("04_")))
     assert "let in nonsense with real probability" not in prose
     assert 'throws away the legitimate " and" (p = 0.069)' in prose
     assert "min-p 0.1 keeps only the 29 tokens" in prose
@@ -323,61 +323,61 @@ PINNED = [
     # (notebook, words in the prose, text in a stored output)
     ("01_", "probability 0.152", "0.152"),
     ("01_", "the end-of-turn `<|im_end|>` (0.77)", "<|im_end|>   -0.258  0.773"),
-    ("01b_", "-0.872 against -1.243", "-1.243"),
-    ("01b_", "-3.82", "-3.82"),
-    ("02_", "`[2]`: step 2 is the only step whose entropy (5.16 nats)", "5.158"),
-    ("02b_", "(p = 0.069)", "('␣and', 0.069)"),
-    ("02b_", "must keep about 22,000 tokens", "22000"),
-    ("02b_", "(mean log-prob -10.60 per token", "-10.60"),
-    ("02b_", "readable (-3.48)", "-3.48"),
-    ("03_", "*more*, 17 instead of 14", "(20, 17)"),
-    ("03b_", "30, the limit", '30 "The capital of France is Paris.'),
-    ("03b_", 'with ", a well-known and"', "batch, mask of ones: ', a well-known and'"),
-    ("04_", "same score as beam search (-0.355", "-0.355"),
-    ("05_", "4.08 at 8 tokens to 10.27 at 47", "10.27"),
-    ("05_", "δ = 2 from 1.53 to 4.80", "4.80"),
-    ("05_", "0.562 against 0.503", "means: 0.562 0.503"),
-    ("06_", "3.83", "tokens per model pass: 3.83"),
-    ("06_", "about 1.85 predicted", "predicted 1.85"),
-    ("06_", '" apples" 0.318 and " Apples" 0.316', "apples 0.318, Apples 0.316"),
-    ("06_", "over the 29 tested tokens is 0.28", "the 29 tested tokens: 0.28; accepted: 0.38"),
-    ("06_", "11 of them were accepted", "(11 of 29 tested)"),
-    ("06_", "accepted / *drafted* (11 / 39)", "39 drafted, 11 accepted (acceptance rate 28%)"),
-    ("06_", "19 passes for 30 tokens, against greedy's 23", "19 model passes for 30 tokens"),
-    ("07_", "9 of the 44 steps", "9 of 44"),
-    ("07b_", "-0.688 per token at γ = 1", "-0.688"),
-    ("07b_", "-4.626 at γ = 5", "-4.626"),
-    ("07b_", "0.928 with the default negative, 0.825", "('␣smiled', 0.928)"),
-    ("09_", "2, 6, 5 and 4 tokens at steps 1, 2, 3 and 5", "[1, 2, 6, 5, 1, 4]"),
-    ("10_", "fourth at layer 27 (rank 3)", "0.048"),
-    ("10b_", "137 nats for layer 29", "136.9"),
-    ("10b_", "(0.15 nats)", "0.155"),
-    ("11_", "at T = 0.5 distinct-2 is 0.42", "0.416"),
-    ("11_", "It rises to 0.96 at T = 1.5", "0.955"),
-    ("07_", "0.2 (the texts are below)", "alpha 0.2: ' said, \"Lad"),
-    ("07b_", "about 3.9 nats per token lower", "-4.626"),
-    ("09_", "`20`: the stages", "tokens kept at the end: 20"),
-    ("12_", "keeps its last\nvalid value, 1.0", "temperature kept: 1.0"),
+    ("02_", "-0.872 against -1.243", "-1.243"),
+    ("02_", "-3.82", "-3.82"),
+    ("03_", "`[2]`: step 2 is the only step whose entropy (5.16 nats)", "5.158"),
+    ("04_", "(p = 0.069)", "('␣and', 0.069)"),
+    ("04_", "must keep about 22,000 tokens", "22000"),
+    ("04_", "(mean log-prob -10.60 per token", "-10.60"),
+    ("04_", "readable (-3.48)", "-3.48"),
+    ("06_", "*more*, 17 instead of 14", "(20, 17)"),
+    ("08_", "30, the limit", '30 "The capital of France is Paris.'),
+    ("08_", 'with ", a well-known and"', "batch, mask of ones: ', a well-known and'"),
+    ("09_", "same score as beam search (-0.355", "-0.355"),
+    ("11_", "4.08 at 8 tokens to 10.27 at 47", "10.27"),
+    ("11_", "δ = 2 from 1.53 to 4.80", "4.80"),
+    ("11_", "0.562 against 0.503", "means: 0.562 0.503"),
+    ("12_", "3.83", "tokens per model pass: 3.83"),
+    ("12_", "about 1.85 predicted", "predicted 1.85"),
+    ("12_", '" apples" 0.318 and " Apples" 0.316', "apples 0.318, Apples 0.316"),
+    ("12_", "over the 29 tested tokens is 0.28", "the 29 tested tokens: 0.28; accepted: 0.38"),
+    ("12_", "11 of them were accepted", "(11 of 29 tested)"),
+    ("12_", "accepted / *drafted* (11 / 39)", "39 drafted, 11 accepted (acceptance rate 28%)"),
+    ("12_", "19 passes for 30 tokens, against greedy's 23", "19 model passes for 30 tokens"),
+    ("14_", "9 of the 44 steps", "9 of 44"),
+    ("15_", "-0.688 per token at γ = 1", "-0.688"),
+    ("15_", "-4.626 at γ = 5", "-4.626"),
+    ("15_", "0.928 with the default negative, 0.825", "('␣smiled', 0.928)"),
+    ("16_", "2, 6, 5 and 4 tokens at steps 1, 2, 3 and 5", "[1, 2, 6, 5, 1, 4]"),
+    ("18_", "fourth at layer 27 (rank 3)", "0.048"),
+    ("19_", "137 nats for layer 29", "136.9"),
+    ("19_", "(0.15 nats)", "0.155"),
+    ("05_", "at T = 0.5 distinct-2 is 0.42", "0.416"),
+    ("05_", "It rises to 0.96 at T = 1.5", "0.955"),
+    ("14_", "0.2 (the texts are below)", "alpha 0.2: ' said, \"Lad"),
+    ("15_", "about 3.9 nats per token lower", "-4.626"),
+    ("16_", "`20`: the stages", "tokens kept at the end: 20"),
+    ("21_", "keeps its last\nvalid value, 1.0", "temperature kept: 1.0"),
     (
-        "12_",
+        "21_",
         "`temperature=0.0` with `do_sample=False` is accepted",
         "greedy: None | temperature: 0.0",
     ),
-    ("04c_", "saying nothing has log-probability about -16.2", "empty answer: log p = -16.2"),
+    ("10_", "saying nothing has log-probability about -16.2", "empty answer: log p = -16.2"),
     (
-        "04c_",
+        "10_",
         "39 tokens (its end-of-turn token included) about -24.2",
         "(39 tokens): log p = -24.2",
     ),
-    ("04c_", "the second already 0.019", "0.019"),
-    ("04c_", "0.73 at the tenth; per token, from 0.40 to 0.94", "0.733"),
-    ("04c_", "the **4th** repetition (p(phrase) 0.102", "0.102"),
-    ("04c_", "sample **5** again (0.138", "0.138"),
-    ("09b_", "**10**: the ten digit tokens", "-> 10 tokens allowed"),
-    ("09b_", "by far: 0.85", "0.85 ' smiled."),
-    ("05_", "3 of the 16 rewrites are still flagged", "paraphrases with z > 4: 3 of 16"),
-    ("12_", "11 green tokens of 16", "11.0"),
-    ("12_", "(z = 4.04; with 10 green it would be 3.46)", "4.04"),
+    ("10_", "the second already 0.019", "0.019"),
+    ("10_", "0.73 at the tenth; per token, from 0.40 to 0.94", "0.733"),
+    ("10_", "the **4th** repetition (p(phrase) 0.102", "0.102"),
+    ("10_", "sample **5** again (0.138", "0.138"),
+    ("17_", "**10**: the ten digit tokens", "-> 10 tokens allowed"),
+    ("17_", "by far: 0.85", "0.85 ' smiled."),
+    ("11_", "3 of the 16 rewrites are still flagged", "paraphrases with z > 4: 3 of 16"),
+    ("21_", "11 green tokens of 16", "11.0"),
+    ("21_", "(z = 4.04; with 10 green it would be 3.46)", "4.04"),
 ]
 
 
@@ -388,44 +388,44 @@ def test_a_number_in_the_prose_is_the_one_the_output_shows(prefix, prose, output
     assert output in _all_outputs(path), f"{path.name}: no stored output shows {output!r}"
 
 
-def test_10_names_the_rank_of_paris_at_each_late_layer():
-    table = next(_outputs(c) for c in _cells(_notebook("10_")) if "chosen_rank" in _outputs(c))
+def test_18_names_the_rank_of_paris_at_each_late_layer():
+    table = next(_outputs(c) for c in _cells(_notebook("18_")) if "chosen_rank" in _outputs(c))
     layer_of = dict(re.findall(r"^(\d+)\s+(2[4-9]|30)\s", table, re.M))
     rank_of = dict(re.findall(r"^(\d+)\s+(\d+)\s*$", table, re.M))
     ranks = {int(layer_of[i]): int(rank_of[i]) for i in layer_of}
     assert ranks[27] == 3 and ranks[28] == 2 and ranks[29] == 2 and ranks[30] == 0
-    assert "already in the top 3" not in _prose(_notebook("10_"))
+    assert "already in the top 3" not in _prose(_notebook("18_"))
 
 
-def test_12_states_the_watermark_explorer_scores_generated_tokens_only():
-    prose = _flat(_prose(_notebook("12_")))
+def test_21_states_the_watermark_explorer_scores_generated_tokens_only():
+    prose = _flat(_prose(_notebook("21_")))
     assert "below, neither clears `z > 4`" not in prose
     assert "scores the whole sequence" not in prose
     assert "background thread" not in prose
     assert "It scores the generated tokens only" in prose
-    detection = _all_outputs(_notebook("12_"))
+    detection = _all_outputs(_notebook("21_"))
     assert re.search(r"watermarked\s+16\.0\s+11\.0\s+4\.04", detection)
 
 
-def test_11_uses_12_samples_and_the_course_map_says_so():
-    cells = "".join(_src(c) for c in _cells(_notebook("11_")))
+def test_05_uses_12_samples_and_the_course_map_says_so():
+    cells = "".join(_src(c) for c in _cells(_notebook("05_")))
     assert "n=12" in cells
     course_map = (ROOT / "notebooks" / "README.md").read_text(encoding="utf-8")
     assert "12 samples per setting" in course_map and "16 samples" not in course_map
-    prose = _flat(_prose(_notebook("11_")))
+    prose = _flat(_prose(_notebook("05_")))
     assert "invent words" not in prose
     assert "likelihood trap" in prose and "-3.82" in prose and "coherence" in prose
     assert "the *frontier*" not in prose
 
 
-def test_01b_no_longer_says_the_penalty_pushes_choices_off_the_most_likely():
-    prose = _flat(_prose(_notebook("01b_")))
+def test_02_no_longer_says_the_penalty_pushes_choices_off_the_most_likely():
+    prose = _flat(_prose(_notebook("02_")))
     assert "pushes the chosen tokens away from the most likely ones" not in prose
     assert "the chosen token *is* the most likely one" in prose
 
 
-def test_07b_sweeps_the_guidance_scale_cites_the_paper_and_says_it_runs_first():
-    path = _notebook("07b_")
+def test_15_sweeps_the_guidance_scale_cites_the_paper_and_says_it_runs_first():
+    path = _notebook("15_")
     prose = _flat(_prose(path))
     assert "Sanchez et al. (2023)" in prose
     assert "Guidance is the *first* logits processor" in prose
@@ -435,16 +435,16 @@ def test_07b_sweeps_the_guidance_scale_cites_the_paper_and_says_it_runs_first():
     assert "a calming, soothing, and natural body of water" in _all_outputs(path)
 
 
-def test_06_runs_speculative_sampling_with_a_draft_and_shows_p_over_q():
-    path = _notebook("06_")
+def test_12_runs_speculative_sampling_with_a_draft_and_shows_p_over_q():
+    path = _notebook("12_")
     code = "".join(_src(c) for c in _cells(path) if c["cell_type"] == "code")
     assert "assistant_early_exit=EXIT" in code and "do_sample=True" in code
     outputs = _all_outputs(path)
     assert "min(1, p/q)" in outputs and "q (drafter)" in outputs
 
 
-def test_03b_streams_with_a_text_iterator_streamer_in_a_thread():
-    path = _notebook("03b_")
+def test_08_streams_with_a_text_iterator_streamer_in_a_thread():
+    path = _notebook("08_")
     code = "".join(_src(c) for c in _cells(path) if c["cell_type"] == "code")
     assert "TextIteratorStreamer" in code and "Thread(target=lm.generate" in code
     assert "joined: ' Paris." in _all_outputs(path)
@@ -452,13 +452,13 @@ def test_03b_streams_with_a_text_iterator_streamer_in_a_thread():
     assert "even when a token holds more than the string" not in prose
 
 
-def test_04_runs_beam_sampling():
-    outputs = _all_outputs(_notebook("04_"))
+def test_09_runs_beam_sampling():
+    outputs = _all_outputs(_notebook("09_"))
     assert "(beam_sample)" in outputs
 
 
-def test_05_reproduces_the_published_z_score_against_length_figure():
-    path = _notebook("05_")
+def test_11_reproduces_the_published_z_score_against_length_figure():
+    path = _notebook("11_")
     prose = _flat(_prose(path))
     assert "Kirchenbauer et al. (2023)" in prose and "What differs" in prose
     outputs = _all_outputs(path)
@@ -468,10 +468,10 @@ def test_05_reproduces_the_published_z_score_against_length_figure():
 # -- small probabilities: scientific notation or log-probs, never 0.000 -------------------
 
 SMALL = [
-    ("01b_", "2.0e-06"),  # p(" feeding") in the human sentence
-    ("05_", "1.6e-06"),  # the watermarked answer's p-value
-    ("06_", "e-08"),  # p of a draft token the model rejects
-    ("10_", "1.2e-07"),  # p(" Paris") at layer 24
+    ("02_", "2.0e-06"),  # p(" feeding") in the human sentence
+    ("11_", "1.6e-06"),  # the watermarked answer's p-value
+    ("12_", "e-08"),  # p of a draft token the model rejects
+    ("18_", "1.2e-07"),  # p(" Paris") at layer 24
 ]
 
 
@@ -482,7 +482,7 @@ def test_tiny_probabilities_are_shown_in_scientific_notation(prefix, text):
 
 def test_no_probability_column_rounds_a_tiny_value_to_zero():
     # the tables these lessons printed as 0.000 before (issue 27)
-    for prefix, marker in [("01b_", "␣feeding"), ("10_", "chosen_prob")]:
+    for prefix, marker in [("02_", "␣feeding"), ("18_", "chosen_prob")]:
         for cell in _cells(_notebook(prefix)):
             out = _outputs(cell)
             if marker in out:
@@ -550,16 +550,40 @@ def test_no_tokenizer_pieces_are_shown(path):
             assert "Ġ" not in text, f"{path.name}: a raw tokenizer piece is shown: {text[:200]}"
 
 
-def test_the_course_order_dola_after_the_lens_appendix_last_hooks_not_early():
-    names = [p.stem for p in NOTEBOOKS]
-    assert names.index("10b_dola") == names.index("10_inside_the_model") + 1
-    assert not any(n.startswith("07c_") or n.startswith("08_") for n in names)
-    lessons = [n for n in names if not n.startswith("00_")]
-    assert lessons[-1] == "12_appendix_widget_tour" and "appendix" not in "".join(lessons[:-1])
-    for path in NOTEBOOKS:
-        if path.stem < "09_":
-            code = "".join(_src(c) for c in _cells(path) if c["cell_type"] == "code")
-            assert ".hooks(" not in code, f"{path.name} uses hooks before lesson 09 teaches them"
+def test_the_course_order_lessons_numbered_in_teaching_order_without_gaps_or_suffixes():
+    names = [p.stem for p in NOTEBOOKS if not p.stem.startswith("00_")]
+    assert names == COURSE, (
+        "notebooks/ holds a lesson the course does not list, or the order differs"
+    )
+    for number, name in enumerate(COURSE, 1):
+        assert re.fullmatch(rf"{number:02d}_[a-z_]+", name), f"{name}: not lesson {number:02d}"
+    slug = [name.split("_", 1)[1] for name in COURSE]
+    assert slug.index("dola") == slug.index("inside_the_model") + 1
+    # evaluating samples right after temperature and truncation
+    assert slug.index("sampling_sweeps") == slug.index("temperature_and_truncation") + 1
+    assert slug[-1] == "appendix_widget_tour" and "appendix" not in "".join(slug[:-1])
+    paths = [ROOT / "notebooks" / f"{name}.ipynb" for name in COURSE]
+    hooks = slug.index("hooks_and_interventions")
+    for path in paths[:hooks]:
+        code = "".join(_src(c) for c in _cells(path) if c["cell_type"] == "code")
+        assert ".hooks(" not in code, f"{path.name} uses hooks before their lesson teaches them"
+    # lm.score is introduced in the temperature lesson and opened up in the lens lesson
+    for path in paths[: slug.index("temperature_and_truncation")]:
+        code = "".join(_src(c) for c in _cells(path) if c["cell_type"] == "code")
+        assert "lm.score(" not in code, f"{path.name} scores texts before lm.score is introduced"
+    assert "`lm.score(texts, context=prompt)`" in _prose(
+        paths[slug.index("temperature_and_truncation")]
+    )
+
+
+def test_each_next_pointer_names_the_following_lesson():
+    paths = [ROOT / "notebooks" / f"{name}.ipynb" for name in COURSE]
+    for here, following in zip(paths, COURSE[1:], strict=False):
+        nexts = re.findall(r"^Next: `(\d\d_[a-z_]+)", _prose(here), re.M)
+        if nexts:
+            assert nexts[0] == following, (
+                f"{here.name} says next is {nexts[0]}, the course says {following}"
+            )
 
 
 def test_course_map_lists_every_lesson_in_order():
@@ -573,8 +597,8 @@ def test_course_map_lists_every_lesson_in_order():
 
 
 def test_the_hook_lesson_is_in_09_not_03():
-    assert "Steering with a hook" not in _prose(_notebook("03_"))
-    assert "NoDigits" in "".join(_src(c) for c in _cells(_notebook("09_")))
+    assert "Steering with a hook" not in _prose(_notebook("06_"))
+    assert "NoDigits" in "".join(_src(c) for c in _cells(_notebook("16_")))
 
 
 # -- the teacher's pack and the student copy ----------------------------------------------
@@ -630,7 +654,7 @@ def test_make_student_removes_every_answer_and_output(tmp_path):
 # -- issue 38: facts the third edition's prose quotes, re-read from outputs or recomputed ----
 
 
-def test_10_the_half_probability_column_is_where_a_token_first_passes_one_half(demo):
+def test_18_the_half_probability_column_is_where_a_token_first_passes_one_half(demo):
     res = demo.generate("What is the capital of France?", chat=True, max_new_tokens=12)
     lens = demo.logit_lens(res)
     table = lens.first_layer()
@@ -639,36 +663,36 @@ def test_10_the_half_probability_column_is_where_a_token_first_passes_one_half(d
     p = lens.target_prob[:, dot]
     assert float(p[20:25].min()) > 0.9 and float(p[26:30].max()) < 0.5
     assert abs(float(p[27]) - 0.11) < 0.01
-    prose = _flat(_prose(_notebook("10_")))
+    prose = _flat(_prose(_notebook("18_")))
     assert "where a token *first* passes one half, not where it stays over it" in prose
     assert "0.11 at layer 27" in prose and "ilantro" in prose
 
 
-def test_10b_summary_says_the_missing_norm_changes_which_layer_wins():
-    prose = _flat(_prose(_notebook("10b_")))
+def test_19_summary_says_the_missing_norm_changes_which_layer_wins():
+    prose = _flat(_prose(_notebook("19_")))
     assert "neither changes which layer wins" not in prose
     assert "the missing norm changes the winner" in prose
     normed = {}  # layer -> true JS through the final norm (the table's last column)
-    for line in _all_outputs(_notebook("10b_")).splitlines():
+    for line in _all_outputs(_notebook("19_")).splitlines():
         m = re.match(r"^(\d+)\s+([\d.]+)\s*$", line)
         if m:
             normed[int(m[1])] = float(m[2])
     assert min(normed, key=normed.get) == 29 and max(normed, key=normed.get) == 15
 
 
-def test_04c_a_repeated_phrase_gets_likelier_with_every_repetition(demo):
+def test_10_a_repeated_phrase_gets_likelier_with_every_repetition(demo):
     phrase, repeats = " I don't know.", 10
     n = len(demo.tokenizer.encode(phrase, add_special_tokens=False))
     logp = demo.score(phrase * repeats, context="Q: Why is the sky blue?\nA:").table.logprob
     per = torch.tensor(logp.to_numpy()).reshape(repeats, n).sum(1).exp()
     assert bool((per[1:] > per[:-1]).all()), per
     assert abs(float(per[-1]) - 0.733) < 0.005
-    prose = _flat(_prose(_notebook("04c_")))
+    prose = _flat(_prose(_notebook("10_")))
     assert "Holtzman et al. (2020)" in prose and "What differs from the paper" in prose
 
 
-def test_09b_the_grammar_masked_answer_parses_as_json():
-    outputs = _all_outputs(_notebook("09b_"))
+def test_17_the_grammar_masked_answer_parses_as_json():
+    outputs = _all_outputs(_notebook("17_"))
     shown = re.search(r"^'(\{\"name\": .*\})'$", outputs, re.M)
     assert shown, "the masked answer is not printed"
     parsed = json.loads(shown[1])
@@ -694,7 +718,7 @@ def test_answers_fold_in_nbconvert_html():
     import nbconvert
 
     exporter = nbconvert.HTMLExporter()
-    for path in (LESSONS[0], _notebook("09b_")):
+    for path in (LESSONS[0], _notebook("17_")):
         html, _ = exporter.from_filename(str(path))
         folded = re.findall(
             r"<details>\s*<summary><b>Answer</b>.*?</summary>(.*?)</details>", html, re.S

@@ -37,26 +37,27 @@ def test_the_teaching_notebooks_exist():
     names = {p.name for p in NOTEBOOKS}
     expected = {
         "01_quickstart.ipynb",
-        "02_decoding_strategies.ipynb",
-        "03_processor_waterfall.ipynb",
-        "04_beam_search.ipynb",
-        "05_watermarking.ipynb",
-        "06_assisted_decoding.ipynb",
-        "07_contrastive_search.ipynb",
-        "07b_guidance.ipynb",
-        "09_hooks_and_interventions.ipynb",
-        "10_inside_the_model.ipynb",
-        "10b_dola.ipynb",
-        "11_sampling_sweeps.ipynb",
+        "03_decoding_strategies.ipynb",
+        "06_processor_waterfall.ipynb",
+        "09_beam_search.ipynb",
+        "11_watermarking.ipynb",
+        "12_assisted_decoding.ipynb",
+        "14_contrastive_search.ipynb",
+        "15_guidance.ipynb",
+        "16_hooks_and_interventions.ipynb",
+        "18_inside_the_model.ipynb",
+        "19_dola.ipynb",
+        "05_sampling_sweeps.ipynb",
         # the course's added lessons (issue 20)
-        "01b_why_decoding_matters.ipynb",
-        "02b_temperature_and_truncation.ipynb",
-        "03b_stopping_and_batching.ipynb",
+        "02_why_decoding_matters.ipynb",
+        "04_temperature_and_truncation.ipynb",
+        "08_stopping_and_batching.ipynb",
     }
     assert expected <= names, f"missing notebooks: {sorted(expected - names)}"
-    # the widget tour is the appendix, numbered after the lessons; DoLa follows the lens (10)
-    assert max(names - {"nbval_sanitize.cfg"}) == "12_appendix_widget_tour.ipynb"
-    assert not any(n.startswith(("07c_", "08_")) for n in names)
+    # the widget tour is the appendix, numbered after the lessons; lessons are numbered
+    # 01, 02, ... in teaching order, without gaps or letter suffixes (tests/test_course.py)
+    assert max(names - {"nbval_sanitize.cfg"}) == "21_appendix_widget_tour.ipynb"
+    assert all(re.fullmatch(r"\d\d_[a-z_]+\.ipynb", n) for n in names - {"nbval_sanitize.cfg"})
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
