@@ -1,0 +1,111 @@
+"""Benchmark: thread settings side by side in long-lived processes, beside competitors
+(not a test).
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_busy_ab.py [--rounds 5] [--competitors 2 3 0]
+
+``bench_busy.py`` starts a fresh process for every figure, so on a machine shared with
+other users its figures spread 2-3x from one process to the next. This starts one process
+per setting (``import torch`` first, as the lessons do), loads the demo once in each, then
+starts the CPU-bound competitors and has the processes decode the demo's 24-token chat
+prompt in turn, one at a time, alternating the order each round. Printed: every figure with
+the load average, then the medians per setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+import genlab
+lm = genlab.load("demo")
+lm.generate("Hi", max_new_tokens=2)
+print("ready", flush=True)
+for line in sys.stdin:
+    t = time.perf_counter()
+    lm.generate("What is the capital of France?", chat=True, max_new_tokens=24,
+                min_new_tokens=24)
+    seconds = time.perf_counter() - t
+    print(json.dumps({"s": seconds, "parked": genlab.threads.status()["parked"]}), flush=True)
+"""
+SETTINGS = {
+    "genlab default": {},
+    "OMP_WAIT_POLICY=PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"},
+}
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "GENLAB_THREADS")
+
+
+def load_average() -> float:
+    return float(open("/proc/loadavg").read().split()[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--competitors", type=int, nargs="+", default=[2, 3, 0])
+    args = parser.parse_args()
+    base = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    base.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(ROOT)],
+            env={**base, **env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for name, env in SETTINGS.items()
+    }
+    try:
+        for p in procs.values():
+            assert p.stdout.readline().strip() == "ready"
+        for n in args.competitors:
+            competitors = [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)
+            ]
+            try:
+                time.sleep(1.0)
+                seconds: dict[str, list[float]] = {name: [] for name in procs}
+                loads = []
+                for r in range(args.rounds):
+                    for name in list(procs) if r % 2 == 0 else list(procs)[::-1]:
+                        loads.append(load_average())
+                        procs[name].stdin.write("go\n")
+                        procs[name].stdin.flush()
+                        out = json.loads(procs[name].stdout.readline())
+                        seconds[name].append(out["s"])
+                        print(
+                            f"  {n} competitors round {r} {name:24s} {out['s']:6.2f} s "
+                            f"(parked {out['parked']}; load average {loads[-1]:.1f})",
+                            flush=True,
+                        )
+                best = min(statistics.median(v) for v in seconds.values())
+                print(f"{n} competitors, load average {min(loads):.1f}-{max(loads):.1f}:")
+                for name, v in seconds.items():
+                    med = statistics.median(v)
+                    print(f"  {name:24s} median {med:6.2f} s ({med / best:.2f}x)")
+            finally:
+                for c in competitors:
+                    c.kill()
+                    c.wait()
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+
+
+if __name__ == "__main__":
+    main()
