@@ -726,3 +726,15 @@ def test_answers_fold_in_nbconvert_html():
         assert len(folded) == len(_exercises(path)), path.name
         assert all(body.strip() for body in folded)
         assert "<details open" not in html
+
+
+def test_03_typical_p_drops_the_favourite_exactly_at_the_uncertain_steps():
+    table = next(_outputs(c) for c in _cells(_notebook("03_")) if "favourite kept" in _outputs(c))
+    rows = re.findall(r"^\s*(\d+)\s+([\d.]+)\s+(\d+)\s+\S+\s+(True|False)\s*$", table, re.M)
+    assert len(rows) == 12
+    dropped = [int(step) for step, entropy, _, kept in rows if kept == "False"]
+    assert dropped == [1, 2, 4, 9, 10]
+    assert all((float(entropy) > 3) == (kept == "False") for _, entropy, _, kept in rows)
+    prose = _flat(_prose(_notebook("03_")))
+    assert "At 5 of the 12 steps typical-p removed the raw favourite" in prose
+    assert "(steps 1, 2, 4, 9 and 10)" in prose
