@@ -70,10 +70,14 @@ def test_the_demos_int4_weights_are_its_files_own_blocks(demo, demo_int4):
 
     checkpoint = read_gguf(find_demo_gguf())  # floats
     with_blocks = read_gguf(find_demo_gguf(), blocks=True)
-    assert len(with_blocks.blocks) == 210
+    assert len(with_blocks.blocks) == 211  # 210 Q4_1 matrices and the Q8_0 embedding
     # the blocks' tensors are shapes alone: their floats are never made
+    embed = with_blocks.blocks.pop("model.embed_tokens.weight")()  # Q8_0: int8 rows
+    want = Int8Weight.quantize(checkpoint.state_dict["model.embed_tokens.weight"])
+    assert torch.equal(embed.codes, want.codes) and torch.equal(embed.scale, want.scale)
     assert all(with_blocks.state_dict[name].is_meta for name in with_blocks.blocks)
-    for name, (codes, scale, minimum) in with_blocks.blocks.items():
+    for name, arrays in with_blocks.blocks.items():
+        codes, scale, minimum = arrays()
         groups = codes.float().unflatten(1, (-1, 32))
         values = (scale[..., None] * groups + minimum[..., None]).flatten(1)
         assert torch.equal(values, checkpoint.state_dict[name]), name

@@ -258,8 +258,9 @@ def gguf_state_dict(
 ) -> dict[str, torch.Tensor]:
     """All tensors as float32 torch tensors under transformers' names.
 
-    shapes_only: GGUF tensor types (``("Q4_1",)``) given as shapes alone (tensors on the
-    ``meta`` device, no memory): for a decoder built from the file's own blocks.
+    shapes_only: GGUF tensor types (``("Q4_1",)``) of the layers' matrices given as shapes
+    alone (tensors on the ``meta`` device, no memory), and ``"embed:Q8_0"`` for the
+    embedding: for a decoder built from the file's own blocks (:func:`gguf_blocks`).
 
     A tensor with NaN or infinite values (random or damaged bytes) is a ValueError naming
     the tensor (by its GGUF name) and ``path``.
@@ -272,7 +273,10 @@ def gguf_state_dict(
         if name is None:
             logger.warning("ignoring GGUF tensor %s (no transformers equivalent)", tensor.name)
             continue
-        if tensor.tensor_type.name in shapes_only:
+        kind = tensor.tensor_type.name
+        if (name.startswith("model.layers.") and kind in shapes_only) or (
+            name == "model.embed_tokens.weight" and f"embed:{kind}" in shapes_only
+        ):
             shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
             state_dict[name] = torch.empty(shape, device="meta")
             continue
@@ -385,7 +389,9 @@ def read_gguf(
 
     config = gguf_config(reader)
     start = time.perf_counter()
-    state_dict = gguf_state_dict(reader, config, path, shapes_only=("Q4_1",) if blocks else ())
+    state_dict = gguf_state_dict(
+        reader, config, path, shapes_only=("Q4_1", "embed:Q8_0") if blocks else ()
+    )
     timings["dequantize"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -404,24 +410,52 @@ def read_gguf(
 
 def gguf_blocks(reader, config: dict) -> dict:
     """The Q4_1 tensors' blocks under transformers' names, their rows ordered as
-    :func:`gguf_state_dict` orders the float tensors (Q and K un-interleaved)."""
-    from genlab.models.quant import gguf_q4_1_blocks
+    :func:`gguf_state_dict` orders the float tensors (Q and K un-interleaved), each read
+    when it is used: a callable giving ``(codes, scale, minimum)``. A Q8_0 embedding comes
+    as a callable giving its :class:`~genlab.models.quant.Int8Weight` (one scale per
+    token), made a few thousand rows at a time. So a quantized load never holds a matrix
+    in float32, nor all the blocks at once."""
+    from functools import partial
 
     out = {}
     for tensor in reader.tensors:
         name = transformers_name(tensor.name)
-        if name is None or tensor.tensor_type.name != "Q4_1":
+        kind = tensor.tensor_type.name
+        if name == "model.embed_tokens.weight" and kind == "Q8_0":
+            out[name] = partial(_int8_rows_of, tensor)
+        if name is None or kind != "Q4_1" or not name.startswith("model.layers."):
             continue
-        arrays = gguf_q4_1_blocks(tensor.data, int(tensor.data.shape[0]))
         heads = None
         if name.endswith("q_proj.weight"):
             heads = config["num_attention_heads"]
         elif name.endswith("k_proj.weight"):
             heads = config["num_key_value_heads"]
-        if heads is not None:
-            arrays = tuple(torch.from_numpy(unpermute_qk(a.numpy(), heads)) for a in arrays)
-        out[name] = arrays
+        out[name] = partial(_q4_1_arrays, tensor, heads)
     return out
+
+
+def _q4_1_arrays(tensor, heads: int | None) -> tuple:
+    from genlab.models.quant import gguf_q4_1_blocks
+
+    arrays = gguf_q4_1_blocks(tensor.data, int(tensor.data.shape[0]))
+    if heads is not None:
+        arrays = tuple(torch.from_numpy(unpermute_qk(a.numpy(), heads)) for a in arrays)
+    return arrays
+
+
+def _int8_rows_of(tensor, rows_at_once: int = 4096):
+    """A quantized tensor as int8 rows (per-row scales), dequantized a chunk at a time."""
+    from gguf.quants import dequantize
+
+    from genlab.models.quant import Int8Weight, release_freed_memory
+
+    data, parts = tensor.data, []
+    for i in range(0, data.shape[0], rows_at_once):
+        rows = torch.from_numpy(dequantize(data[i : i + rows_at_once], tensor.tensor_type))
+        parts.append(Int8Weight.quantize(rows))
+        del rows
+        release_freed_memory()
+    return Int8Weight(torch.cat([p.codes for p in parts]), torch.cat([p.scale for p in parts]))
 
 
 def load_gguf(
@@ -450,6 +484,10 @@ def load_gguf(
         blocks=checkpoint.blocks,
     )
     checkpoint.timings["build"] = time.perf_counter() - start
+    from genlab.models.quant import release_freed_memory
+
+    checkpoint.blocks.clear()  # (the state dict was consumed by build_decoder)
+    release_freed_memory()  # the float copies freed while building, given back
     logger.info(
         "loaded %s in %.2f s (%s)",
         path,

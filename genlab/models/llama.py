@@ -585,13 +585,19 @@ class LlamaDecoder(BuiltinDecoder):
                     mlp_norm=mlp_norm if low else None,
                 )
             )
+            if quantization is not None:  # the layer's transient copies, freed for real
+                from .quant import release_freed_memory
+
+                release_freed_memory()
         embed = get("model.embed_tokens.weight").contiguous()
         if quantization is not None:  # int8 rows, one scale per token (genlab.models.quant)
-            from .quant import Int8Weight
+            from .quant import Int8Weight, release_freed_memory
 
-            embed = Int8Weight.quantize(embed)
+            ready = (blocks or {}).pop("model.embed_tokens.weight", None)  # from the file
+            embed = ready() if ready is not None else Int8Weight.quantize(embed)
             tied = settings.tie_word_embeddings
             head = embed if tied else Int8Weight.quantize(get("lm_head.weight"))
+            release_freed_memory()
         else:
             head = pack(embed if settings.tie_word_embeddings else get("lm_head.weight"))
         norm = get("model.norm.weight").contiguous()
