@@ -3,7 +3,7 @@
 # the wheel into a fresh venv with only genlab's runtime dependencies (the newest versions
 # pip picks, as Binder gets them; torch==2.13.0 pinned first, since an unpinned torch is the
 # multi-GB CUDA build), and there run the demo, the tests that need no transformers
-# (`-m "not reference"`) and notebooks 01 and 12; scripts/newcomer_check.py runs the README's
+# (`-m "not reference"`) and notebooks 01 and 21; scripts/newcomer_check.py runs the README's
 # Quickstart there. genlab is imported from the installed
 # wheel, never from the checkout (GENLAB_FROM_WHEEL=1 makes tests/conftest.py check that).
 #
@@ -60,7 +60,7 @@ t "demo ok"
 t "README Quickstart ok"
 
 # 4. test tools only (pytest, nbval, hypothesis; no genlab extras, no transformers), then the runtime-only tests and
-#    notebooks 01 and 12 (the test runner's script, so the checkout is not on sys.path)
+#    notebooks 01 and 21 (the test runner's script, so the checkout is not on sys.path)
 $PIP install pytest pytest-xdist nbval ipykernel hypothesis
 if "$FRESH/bin/python" -c "import transformers" 2>/dev/null; then
   echo "the test runners pulled transformers"; exit 1

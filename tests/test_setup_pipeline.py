@@ -27,6 +27,9 @@ _spec.loader.exec_module(trace_setup)
 #: model adapted to the genlab protocol
 RUN_PARTS = ["hooks", "context", "models"]
 PIPELINE = ["config", "inputs", "plan", "state"]
+#: after the pipeline: the hook registry bound to the adapted model's hook points inside its
+#: layers (genlab.models.taps), so that hooks named there are checked and seen by the model
+BOUND = ["hooks"]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,7 @@ def test_generate_sets_up_in_one_pass(model):
     def go():
         return genlab.generate(model, ids, attention_mask=mask, max_new_tokens=3)
 
-    assert _set_up_stages(go) == RUN_PARTS + PIPELINE
+    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + BOUND
 
 
 def test_an_encoder_decoder_runs_its_encoder_within_the_inputs_stage():
@@ -60,7 +63,7 @@ def test_an_encoder_decoder_runs_its_encoder_within_the_inputs_stage():
     def go():
         return genlab.generate(t5, ids, attention_mask=mask, max_new_tokens=3)
 
-    assert _set_up_stages(go) == RUN_PARTS + PIPELINE
+    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + BOUND
 
 
 def test_a_run_with_history_and_trace_attaches_them_after_the_pipeline(model):
@@ -72,7 +75,7 @@ def test_a_run_with_history_and_trace_attaches_them_after_the_pipeline(model):
             keep_history=True, trace=True, seed=0,
         )  # fmt: skip
 
-    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + ["history", "trace"]
+    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + BOUND + ["history", "trace"]
 
 
 def test_the_first_step_ends_the_set_up(model):

@@ -222,9 +222,12 @@ class LiveView(Panel):
 
     def close(self) -> None:
         """Close the panel: the scheduled or running generation is cancelled (it stops at its
-        next step), then the widget is closed."""
-        self.worker.close()
-        self._busy(False)
+        next step), then the widget is closed. A panel whose construction was refused (bad
+        settings) has no worker yet: it only closes the widget."""
+        worker = getattr(self, "worker", None)
+        if worker is not None:
+            worker.close()
+            self._busy(False)
         super().close()
 
     def stop(self) -> None:
