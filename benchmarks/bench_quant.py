@@ -36,20 +36,9 @@ import torch  # noqa: E402
 from bench_decoder import demo_gguf_path, measure_bandwidth  # noqa: E402
 
 from genlab.agreement import summary  # noqa: E402
-from genlab.models.matmul import dense_weight  # noqa: E402
-from genlab.models.quant import QuantizedWeight  # noqa: E402
+from genlab.models.matmul import weight_bytes  # noqa: E402
 
 PROMPTS = ["What is the capital of France?", "Write one sentence about the sea."]
-
-
-def weight_bytes(model) -> int:
-    """Bytes a decoding step reads: every matrix once and the head (one copy each)."""
-
-    def size(w):
-        return w.nbytes if isinstance(w, QuantizedWeight) else dense_weight(w).nbytes
-
-    names = ("qkv", "o", "gate_up", "down")
-    return sum(size(getattr(layer, n)) for layer in model.layers for n in names) + size(model.head)
 
 
 class CountingForward:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
+from .inside import teacher_forced
 from .tokens import shown
 
 #: prompts for the comparison when none are given (chat questions to the demo)
@@ -37,17 +38,7 @@ DEFAULT_PROMPTS = (
 
 def _all_logits(lm, ids: torch.LongTensor) -> torch.Tensor:
     """float32 log-probabilities (length, vocab) of every next token of ``ids`` (1, length)."""
-    model = lm.model
-    n = ids.shape[1]
-    with torch.no_grad():
-        out = model.forward(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            position_ids=torch.arange(n)[None],
-            cache=model.new_cache(1),
-            logits_to_keep=0,
-        )
-    return out.logits[0].float().log_softmax(-1)
+    return teacher_forced(lm.model, ids).logits[0].float().log_softmax(-1)
 
 
 def compare(lm, other, prompts=None, *, max_new_tokens: int = 32, chat: bool = True):

@@ -74,7 +74,9 @@ class CacheInfo:
 class _Node:
     """One chunk of tokens after its parent's, with what the forward pass over it gave."""
 
-    __slots__ = ("parent", "chunk", "tokens", "children", "logits", "keys", "values", "nbytes")
+    __slots__ = (
+        "parent", "chunk", "tokens", "children", "logits", "keys", "values", "nbytes", "alive"
+    )  # fmt: skip
 
     def __init__(self, parent, chunk: tuple, logits=None, keys=(), values=()):
         self.parent = parent
@@ -86,6 +88,7 @@ class _Node:
         self.nbytes = (0 if logits is None else logits.nbytes) + sum(
             t.nbytes for t in (*keys, *values)
         )
+        self.alive = True  # in the tree (False once dropped: a cache may still point here)
 
     @property
     def length(self) -> int:
@@ -193,7 +196,7 @@ class ForwardCache:
         self._max_bytes = value
         if hasattr(self, "_lock"):
             with self._lock:
-                self._evict(0)
+                self._evict()
 
     # -- the one entry point -----------------------------------------------------------------
     def forward(
@@ -236,15 +239,15 @@ class ForwardCache:
         new = _Node(node, chunk, out.logits.detach().clone(), keys, values)
         with self._lock:
             self.misses += 1
-            if new.nbytes <= self._max_bytes and self._alive(node):
+            if new.nbytes <= self._max_bytes and node.alive:
                 old = node.children.get(chunk)
                 if old is not None:  # another thread kept the same pass meanwhile
                     self._drop(old)
                 node.children[chunk] = new
                 self._bytes += new.nbytes
                 self._touch(new)
-                self._evict(0)
-                cache.origin = new if self._alive(new) else None
+                self._evict()
+                cache.origin = new if new.alive else None
         return out
 
     @staticmethod
@@ -268,7 +271,7 @@ class ForwardCache:
                 root = self._roots[key] = _Node(None, ())
             return root
         node = getattr(cache, "origin", None)
-        if node is None or not self._alive(node) or node.length != len(prefix):
+        if node is None or not node.alive or node.length != len(prefix):
             return None
         return node if node.tokens == tuple(prefix) else None
 
@@ -285,13 +288,6 @@ class ForwardCache:
             and all(k is not None for k in cache.keys)
         )
 
-    def _alive(self, node) -> bool:
-        while node.parent is not None:
-            if node.parent.children.get(node.chunk) is not node:
-                return False
-            node = node.parent
-        return any(root is node for root in self._roots.values())
-
     def _touch(self, node) -> None:
         # a node is never more recent than its ancestors, so the least recent one is a leaf
         while node is not None and node.parent is not None:
@@ -303,6 +299,7 @@ class ForwardCache:
         for child in list(node.children.values()):
             self._drop(child)
         node.children.clear()
+        node.alive = False
         if node.parent is not None and node.parent.children.get(node.chunk) is node:
             del node.parent.children[node.chunk]
         if node in self._lru:
@@ -310,10 +307,11 @@ class ForwardCache:
             self._bytes -= node.nbytes
         root = node.parent
         if root is not None and root.parent is None and not root.children:
+            root.alive = False
             self._roots = {k: r for k, r in self._roots.items() if r is not root}
 
-    def _evict(self, incoming: int) -> None:
-        while self._lru and self._bytes + incoming > self._max_bytes:
+    def _evict(self) -> None:
+        while self._lru and self._bytes > self._max_bytes:
             oldest = next(iter(self._lru))
             self._drop(oldest)
 
@@ -326,6 +324,8 @@ class ForwardCache:
     def clear(self) -> None:
         """Forget every kept pass (the counts stay)."""
         with self._lock:
+            for node in (*self._lru, *self._roots.values()):
+                node.alive = False
             self._roots.clear()
             self._lru.clear()
             self._bytes = 0

@@ -40,7 +40,7 @@ from genlab.models.masks import (
     static_keep_mask,
 )
 from genlab.models.matmul import decoder_form, head_logits, matmul, pack_weight
-from genlab.models.taps import FINAL, Taps
+from genlab.models.taps import FINAL, Taps, add_product
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {
@@ -417,24 +417,13 @@ class GPT2Decoder(BuiltinDecoder):
         out = out.reshape(rows * new_len, hidden)
 
         # projections with the residual added in the same product
-        if names is not None and taps.wants(names[3]):  # hook_attn_out: the product alone
-            a = taps.fire(
-                names[3], (matmul(out, block.proj) + block.proj_bias).view(rows, new_len, hidden)
-            )
-            h = h + a.reshape(rows * new_len, hidden)
-        else:
-            h = matmul(out, block.proj, add=h) + block.proj_bias
+        shape = (rows, new_len, hidden)
+        h = add_product(h, out, block.proj, block.proj_bias, taps, names and names[3], shape)
         if names is not None and taps.wants(names[4]):  # hook_resid_mid
             h = taps.fire(names[4], h.view(rows, new_len, hidden)).reshape(rows * new_len, hidden)
         x = F.layer_norm(h, (hidden,), block.ln2_weight, block.ln2_bias, s.layer_norm_eps)
         x = self.act(matmul(x, block.fc) + block.fc_bias)
-        if names is not None and taps.wants(names[5]):  # hook_mlp_out: the product alone
-            m = taps.fire(
-                names[5], (matmul(x, block.out) + block.out_bias).view(rows, new_len, hidden)
-            )
-            h = h + m.reshape(rows * new_len, hidden)
-        else:
-            h = matmul(x, block.out, add=h) + block.out_bias
+        h = add_product(h, x, block.out, block.out_bias, taps, names and names[5], shape)
         h = h.view(rows, new_len, hidden)
         if names is not None and taps.wants(names[6]):
             h = taps.fire(names[6], h)  # hook_resid_post

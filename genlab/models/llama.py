@@ -56,7 +56,7 @@ from genlab.models.masks import (
     static_keep_mask,
 )
 from genlab.models.matmul import decoder_form, head_logits, matmul, pack_weight
-from genlab.models.taps import FINAL, Taps
+from genlab.models.taps import FINAL, Taps, add_product
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -795,16 +795,10 @@ class LlamaDecoder(BuiltinDecoder):
 
         # output projection with the residual added in the same product (in bfloat16: the
         # product rounded, then the sum, as the reference does)
-        if names is not None and taps.wants(names[3]):  # hook_attn_out: the product alone
-            a = matmul(out, layer.o)
-            if layer.o_bias is not None:
-                a += layer.o_bias
-            a = taps.fire(names[3], a.view(rows, new_len, hidden)).reshape(rows * new_len, hidden)
-            h = h + a
-        else:
-            h = h + matmul(out, layer.o) if low else matmul(out, layer.o, add=h)
-            if layer.o_bias is not None:
-                h += layer.o_bias
+        shape = (rows, new_len, hidden)
+        h = add_product(  # hook_attn_out
+            h, out, layer.o, layer.o_bias, taps, names and names[3], shape, fused=not low
+        )
         if names is not None and taps.wants(names[4]):  # hook_resid_mid
             h = taps.fire(names[4], h.view(rows, new_len, hidden)).reshape(rows * new_len, hidden)
 
@@ -818,16 +812,9 @@ class LlamaDecoder(BuiltinDecoder):
             gate_up += layer.gate_up_bias
         gate, up = gate_up.chunk(2, dim=-1)
         act = F.silu(gate).mul_(up)
-        if names is not None and taps.wants(names[5]):  # hook_mlp_out: the product alone
-            m = matmul(act, layer.down)
-            if layer.down_bias is not None:
-                m += layer.down_bias
-            m = taps.fire(names[5], m.view(rows, new_len, hidden)).reshape(rows * new_len, hidden)
-            h = h + m
-        else:
-            h = h + matmul(act, layer.down) if low else matmul(act, layer.down, add=h)
-            if layer.down_bias is not None:
-                h += layer.down_bias
+        h = add_product(  # hook_mlp_out
+            h, act, layer.down, layer.down_bias, taps, names and names[5], shape, fused=not low
+        )
         h = h.view(rows, new_len, hidden)
         if names is not None and taps.wants(names[6]):
             h = taps.fire(names[6], h)  # hook_resid_post

@@ -390,6 +390,19 @@ def dense_weight(weight: torch.Tensor | TwoForms) -> torch.Tensor:
     return weight.reshape(-1, weight.shape[-1])
 
 
+def weight_bytes(model) -> int:
+    """Bytes of a built-in decoder's layer matrices and head, one copy each whatever their
+    form: what a decoding step reads (an embedding lookup reads a row, not the table)."""
+
+    def size(weight) -> int:
+        if isinstance(weight, torch.Tensor) or type(weight) is TwoForms:
+            return dense_weight(weight).nbytes
+        return weight.nbytes  # quantized (genlab.models.quant)
+
+    names = ("qkv", "o", "gate_up", "down")
+    return sum(size(getattr(layer, n)) for layer in model.layers for n in names) + size(model.head)
+
+
 def out_features(weight: torch.Tensor | TwoForms) -> int:
     """The number of outputs of a weight in either form (packed (out, in); split
     (parts, out // parts, in))."""

@@ -51,6 +51,25 @@ LAYER_POINTS = (
 _INSIDE = re.compile(r"^(hook_embed|hook_pos_embed|ln_final\.hook_normalized|blocks\..*)$")
 
 
+def add_product(h, x, weight, bias, taps, name, shape, *, fused: bool = True):
+    """The residual ``h`` plus ``x @ weight^T`` (plus ``bias``): the product alone passes
+    the hook point ``name`` (``hook_attn_out``, ``hook_mlp_out``; None: no hooks) when one
+    listens there; otherwise it is fused into the add (``fused=False``: added after the
+    product is rounded, as the reference does in bfloat16). h, x: (rows * new, ...);
+    shape: (rows, new, hidden), what the hook sees."""
+    from .matmul import matmul
+
+    if name is not None and taps.wants(name):
+        product = matmul(x, weight)
+        if bias is not None:
+            product += bias
+        return h + taps.fire(name, product.view(shape)).reshape(h.shape)
+    h = matmul(x, weight, add=h) if fused else h + matmul(x, weight)
+    if bias is not None:
+        h += bias
+    return h
+
+
 def is_inside_name(name: str) -> bool:
     """True when ``name`` is spelled as a point inside the model (``blocks.*``,
     ``hook_embed``, ``ln_final.*``), valid or not."""
