@@ -4,13 +4,16 @@
 Run from the repository root::
 
     .venv/bin/python benchmarks/bench_busy_ab.py [--rounds 5] [--competitors 2 3 0]
+        [--order torch-first|genlab-first] [--settings "genlab default" "torch default"]
 
-``bench_busy.py`` starts a fresh process for every figure, so on a machine shared with
-other users its figures spread 2-3x from one process to the next. This starts one process
-per setting (``import torch`` first, as the lessons do), loads the demo once in each, then
-starts the CPU-bound competitors and has the processes decode the demo's 24-token chat
-prompt in turn, one at a time, alternating the order each round. Printed: every figure with
-the load average, then the medians per setting.
+``bench_busy.py`` starts a fresh process for every figure, so on a machine shared with other
+users its figures spread 2-3x from one process to the next. This starts one process per
+setting (``import torch`` first, as the lessons do, or ``genlab`` first), loads the demo
+once in each, then starts the CPU-bound competitors and has the processes decode the demo's
+24-token chat prompt in turn, one at a time, alternating the order each round. Printed:
+every figure with the load average, then the medians per setting. With ``--competitors 0``
+and the settings ``genlab default`` and ``torch default`` (``GENLAB_THREADS=off``: no
+parking, no looks) it answers whether genlab's checks cost anything on a quiet machine.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-import torch
+if sys.argv[2] == "torch-first":
+    import torch
 import genlab
 lm = genlab.load("demo")
+lm.cache.max_bytes = 0  # every decode computes its passes (no forward cache)
 lm.generate("Hi", max_new_tokens=2)
 print("ready", flush=True)
 for line in sys.stdin:
@@ -42,6 +47,7 @@ for line in sys.stdin:
 """
 SETTINGS = {
     "genlab default": {},
+    "torch default": {"GENLAB_THREADS": "off"},
     "OMP_WAIT_POLICY=PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
     "OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"},
 }
@@ -56,18 +62,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--competitors", type=int, nargs="+", default=[2, 3, 0])
+    parser.add_argument("--order", choices=["torch-first", "genlab-first"], default="torch-first")
+    parser.add_argument(
+        "--settings", nargs="+", choices=list(SETTINGS),
+        default=["genlab default", "OMP_WAIT_POLICY=PASSIVE", "OMP_NUM_THREADS=1"],
+    )  # fmt: skip
     args = parser.parse_args()
     base = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     base.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     procs = {
         name: subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(ROOT)],
+            [sys.executable, "-c", CHILD, str(ROOT), args.order],
             env={**base, **env},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )  # fmt: skip
         for name, env in SETTINGS.items()
+        if name in args.settings
     }
     try:
         for p in procs.values():
