@@ -26,7 +26,6 @@ import torch
 
 from .ids import position_ids_from_mask
 from .models.base import ModelOutput
-from .moved import warn_renamed
 from .processors import call_processor
 
 
@@ -262,28 +261,6 @@ class StepContext:
         from .models.adapt import as_model
 
         return as_model(model)
-
-    # -- the old names of the hook verbs (one release, with a DeprecationWarning) --------------
-    def stage(self, name: str, scores: torch.Tensor, notify: bool = True) -> torch.Tensor:
-        """Deprecated: ``fire(f"processor.{name}", scores, notify)``."""
-        warn_renamed("StepContext.stage(name, ...)", 'StepContext.fire(f"processor.{name}", ...)')
-        return self.fire(f"processor.{name}", scores, notify=notify)
-
-    def wants_stages(self) -> bool:
-        """Deprecated: ``has("processor.*")``."""
-        warn_renamed("StepContext.wants_stages()", 'StepContext.has("processor.*")')
-        return self.has("processor.*")
-
-    def listening(self, point: str) -> bool:
-        """Deprecated: ``has(point)``."""
-        warn_renamed("StepContext.listening(point)", "StepContext.has(point)")
-        return self.has(point)
-
-    def emit(self, point: str, payload: Any) -> Any:
-        """Deprecated: ``fire(point, payload)`` (hooks at ``point`` observe only)."""
-        warn_renamed("StepContext.emit(point, payload)", "StepContext.fire(point, payload)")
-        self.fire(point, payload)
-        return payload
 
 
 __all__ = ["StepContext", "call_processor"]

@@ -49,8 +49,6 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .moved import warn_renamed
-
 HOOK_POINTS = ("logits", "processor.*", "scores", "beam.candidates", "select", "step_end", "finish")
 
 Hook = Callable[..., Any]
@@ -167,11 +165,6 @@ class HookRegistry:
         if name in self._hooks or name in self._observers:
             return True
         return name.startswith("processor.") and "processor.*" in self._observers
-
-    def wants_processors(self) -> bool:
-        """Deprecated: ``has("processor.*")``."""
-        warn_renamed("HookRegistry.wants_processors()", 'HookRegistry.has("processor.*")')
-        return self.has("processor.*")
 
     def observe(self, name: str, fn: Callable[[str, Any, int], None]) -> Callable[[], None]:
         """Register an observer ``fn(point, value, step)`` at ``name`` (``processor.*`` for

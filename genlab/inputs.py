@@ -38,7 +38,6 @@ import torch
 
 from .checks import is_int
 from .ids import as_ids, check_ids, eos_token_ids
-from .moved import moved_to
 
 logger = logging.getLogger(__name__)
 
@@ -365,7 +364,3 @@ def forced_ids(token, tokenizer, vocab_size: int | None) -> list[int]:
             raise ValueError(f"forced token id {t} is outside [0, {vocab_size})")
         ids.append(int(t))
     return ids
-
-
-#: the length checks moved to the plan, which resolves the lengths they check
-__getattr__ = moved_to("genlab.inputs", "genlab.plan", names={"check_generated_length"})

@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,15 +116,7 @@ class Tracer:
     :meth:`on_stage` and :meth:`on_step_end`.
     """
 
-    def __init__(self, run, depth: int = 10, stages: bool = True, top_k: int | None = None):
-        if top_k is not None:  # the old name, easily confused with the config field
-            warnings.warn(
-                "Tracer(top_k=...) is now Tracer(depth=...) (trace={'depth': n}): top_k is "
-                "the sampling field; the old name goes in the next release",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            depth = top_k
+    def __init__(self, run, depth: int = 10, stages: bool = True):
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"trace depth must be an int >= 1, got {depth!r}")
         self.run = run

@@ -129,7 +129,7 @@ def test_strategies_hold_strategies_not_tables_or_models():
 
 def test_lazy_exports_have_one_mechanism():
     """Every module-level ``__getattr__`` comes from genlab.lazy (public names loaded on
-    first use) or genlab.moved (old paths that warn): no module writes its own."""
+    first use): no module writes its own."""
     own = [
         str(path.relative_to(PACKAGE.parent))
         for path in PACKAGE.rglob("*.py")

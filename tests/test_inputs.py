@@ -288,3 +288,12 @@ def test_offline_hub_error_is_short_with_the_right_advice(monkeypatch, tmp_path)
     with pytest.raises(ValueError, match="the Hub could not be reached") as info:
         load_checkpoint("org/not-cached")
     assert "HF_HUB_OFFLINE" not in str(info.value)
+
+
+def test_eos_token_ids_takes_every_form():
+    from genlab.ids import eos_token_ids
+
+    cfg = genlab.GenerationConfig(eos_token_id=[4, 9])
+    assert eos_token_ids(cfg) == [4, 9]
+    assert eos_token_ids(3) == [3] and eos_token_ids(None) == []
+    assert eos_token_ids(torch.tensor([[5, 6]])) == [5, 6] and eos_token_ids((7,)) == [7]

@@ -98,3 +98,12 @@ def test_todo_lists_only_hold_names_that_still_need_work():
         assert apiwalk.missing_arguments(rows[q]), f"{q} is done: remove it from TODO_ARGUMENTS"
     for q in TODO_EXAMPLE:
         assert ">>>" not in apiwalk.docstring(rows[q]), f"{q} has an example: remove from TODO"
+
+
+def test_the_glossary_names_what_the_code_uses():
+    import genlab.glossary as glossary
+
+    text = glossary.__doc__
+    for name in ("run.step_index", "run.gen_config", "eos_token_ids", "RunHistory", "depth",
+                 "stepdata", "finished_by", "RunRandom"):  # fmt: skip
+        assert name in text, name

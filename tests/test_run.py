@@ -226,3 +226,25 @@ def test_start_takes_the_prompt_like_generate(hf_llama):
             fn(hf_llama, PROMPT, input_ids=PROMPT)
     with pytest.raises(ValueError, match="input_ids"):
         hf_llama.generate(PROMPT, input_ids=PROMPT)
+
+
+def test_the_hook_verbs_are_add_observe_has_fire_notify(hf_llama):
+    from genlab.hooks import HookRegistry
+
+    registry = HookRegistry()
+    assert not registry.has("processor.*")
+    registry.add("processor.TopKLogitsWarper", lambda x, step: None)
+    assert registry.has("processor.*") and not registry.has("processor.DoLa")
+    # beam.candidates hooks observe only: what they return does not flow on
+    registry.add("beam.candidates", lambda payload, step: "replaced")
+    assert registry.fire("beam.candidates", "payload", 0) == "payload"
+
+    run = _run(hf_llama, max_new_tokens=2)
+    ctx, seen = run._ctx, []
+    with run.hooks(**{"processor.DoLa": lambda x, step: x + 1}):
+        remove = run.registry.observe("processor.*", lambda p, value, step: seen.append(p))
+        assert ctx.has("processor.DoLa") and ctx.has("processor.*")
+        scores = torch.zeros(1, 4)
+        assert ctx.fire("processor.DoLa", scores).eq(1).all() and seen == ["processor.DoLa"]
+    remove()
+    assert not ctx.has("processor.DoLa") and not ctx.has("processor.*")

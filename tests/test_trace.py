@@ -37,3 +37,17 @@ def test_a_stage_that_changed_nothing_is_summarised_once_and_recorded_as_before(
             for field in dataclasses.fields(x):
                 u, v = getattr(x, field.name), getattr(y, field.name)
                 assert torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v, field.name
+
+
+def test_the_trace_keeps_depth_tokens_and_refuses_a_depth_below_one(hf_llama):
+    import genlab
+    from genlab.models.architectures import build_decoder
+    from genlab.trace import Tracer
+
+    model = build_decoder(hf_llama.config.to_dict(), hf_llama.state_dict())
+    run = genlab.start(model, torch.tensor([[1, 5, 17]]), max_new_tokens=2, trace={"depth": 3})
+    run.run()
+    assert run.tracer.depth == 3
+    assert run.tracer.steps[0].stages[-1].top_ids.shape[1] == 3
+    with pytest.raises(ValueError, match="depth"):
+        Tracer(run, depth=0)

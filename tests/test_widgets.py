@@ -1017,3 +1017,12 @@ def test_running_text_keeps_spaces_and_shows_a_split_character_whole():
 
     pieces = running_pieces(Bytes(), [0, 1])
     assert [t for t, _ in pieces] == ["", "é"] and "C3 A9" in pieces[1][1]
+
+
+def test_panels_take_trace_depth_and_refuse_an_unknown_setting(classic):
+    pg = Playground(classic, "the", trace_depth=3, max_new_tokens=2)
+    assert pg.trace_depth == 3 and pg.result.run.tracer.depth == 3
+    dbg = StepDebugger(classic, "the", trace_depth=2, max_new_tokens=2)
+    assert dbg.run.tracer.depth == 2
+    with pytest.raises(ValueError, match="trace_top_k"):
+        StepDebugger(classic, "the", trace_top_k=4, max_new_tokens=2)

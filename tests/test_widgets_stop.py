@@ -99,12 +99,6 @@ def test_sweep_view_samples_each_setting_as_one_sweep_does(lm):
     assert view.progress.value == 4 and view.result.grid == grid
 
 
-def test_sweep_view_old_import_path_warns():
-    with pytest.warns(DeprecationWarning, match="genlab.widgets.SweepView"):
-        from genlab.widgets.inside import SweepView as old
-    assert old is SweepView
-
-
 def test_a_committed_change_generates_without_the_typing_pause():
     """A released slider (any control but the prompt) waits COMMIT_DELAY, not the
     debounce that lets the typing of a prompt pause."""

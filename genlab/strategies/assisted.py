@@ -48,7 +48,6 @@ import torch
 
 from ..models import early_exit
 from ..models.base import ModelOutput
-from ..moved import moved_apart
 from ..stepdata import AssistedStep, DraftSource
 from .base import Selection
 from .sampling import TokenByToken
@@ -454,14 +453,3 @@ class AssistedDecoding(TokenByToken):
         self.unfinished = state["unfinished"].clone()
         self.drafter.num_assistant_tokens = state["budget"]
         self.pending = None
-
-
-# moved: the tables to genlab.trace, the early-exit model to genlab.models.early_exit
-__getattr__ = moved_apart(
-    "genlab.strategies.assisted",
-    {
-        "assisted_table": "genlab.trace",
-        "acceptance_rate": "genlab.trace",
-        "EarlyExitModel": "genlab.models.early_exit",
-    },
-)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import torch
 
 from ..models.base import ModelOutput
-from ..moved import moved_to
 from ..stepdata import ContrastiveStep
 from .base import Selection
 from .sampling import TokenByToken
@@ -180,9 +179,3 @@ class ContrastiveSearch(TokenByToken):
             logits=out.logits[:, -1:, :], hidden_states=out.hidden_states, attentions=out.attentions
         )
         return sel
-
-
-# moved to genlab.trace (tables are with tables); the old path warns until the next release
-__getattr__ = moved_to(
-    "genlab.strategies.contrastive", "genlab.trace", names=("contrastive_table",)
-)

@@ -33,7 +33,6 @@ import torch
 import torch.nn.functional as F
 
 from ..models.base import ModelOutput
-from ..moved import moved_to
 from ..stepdata import DolaStep
 from .base import Selection
 from .sampling import GreedySearch, MultinomialSampling, TokenByToken
@@ -167,7 +166,3 @@ class DolaDecoding(TokenByToken):
             chosen_layer=self.chosen_layer,
         )
         return Selection(self._pad_finished(ctx, self.choose(scores, ctx)), info=info)
-
-
-# moved to genlab.trace (tables are with tables); the old path warns until the next release
-__getattr__ = moved_to("genlab.strategies.dola", "genlab.trace", names=("dola_table",))

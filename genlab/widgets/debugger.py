@@ -51,7 +51,6 @@ from .live import (
     limits_of,
     run_total,
     start_run,
-    trace_depth_of,
 )
 from .render import (
     END_MARK,
@@ -168,8 +167,8 @@ class StepDebugger(LiveView):
     made while a Run is going on is refused with a message (never applied later).
 
     lm: a :class:`genlab.LM`; prompt, chat, seed as in ``lm.start``; trace_depth:
-    candidates the trace keeps per stage (trace_top_k: its old name, deprecated); config /
-    config kwargs: the settings (model defaults, 20 new tokens unless given).
+    candidates the trace keeps per stage; config / config kwargs: the settings (model
+    defaults, 20 new tokens unless given).
 
     For code and tests: ``step()``, ``run_to_end()``, ``rewind(n)``, ``fork()``,
     ``select_run(i)``, ``force(token)``, ``clear_forced()``, ``text()``, ``history()`` and
@@ -193,12 +192,11 @@ class StepDebugger(LiveView):
         chat: bool = False,
         seed: int | None = 0,
         trace_depth: int = 10,
-        trace_top_k: int | None = None,
         config: GenerationConfig | None = None,
         **config_kwargs: Any,
     ) -> None:
         self.lm = lm
-        self.trace_depth = trace_depth_of(trace_depth, trace_top_k)
+        self.trace_depth = trace_depth
         self.prompt = prompt
         self.chat = chat
         self.seed_value = seed

@@ -7,8 +7,7 @@ other, for the token picked with the slider, every head's attention and one head
 over the text. It is a :class:`~genlab.widgets.live.LiveView`: the generation runs on the
 panels' one scheduler, token by token, so Stop ends it (the lens shows the tokens made so
 far) and the panel shows that it is busy. The sampling sweep panel is
-:class:`genlab.widgets.sweep.SweepView` (``genlab.widgets.inside.SweepView`` still works,
-with a DeprecationWarning, until the next release).
+:class:`genlab.widgets.sweep.SweepView`.
 
 (Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
 and make browser run the panels).)
@@ -24,7 +23,6 @@ import ipywidgets as widgets
 
 from ..engine import Run
 from ..inside import attention, logit_lens
-from ..moved import moved_apart
 from ..plots.inside import attention_heatmap, focused_head, lens_heatmap
 from .base import FOCUS_CSS, error_text, figure_image, scroll_box, title_html
 from .live import Cancelled, LiveView, initial_config, start_run
@@ -33,11 +31,6 @@ from .worker import Job
 
 #: figures are drawn at 100 dpi: a 10-inch figure is 1000 px wide, text >= 7 pt is >= 9 px
 DPI = 100
-
-# SweepView moved to genlab.widgets.sweep: the old path warns for one release
-__getattr__ = moved_apart(
-    "genlab.widgets.inside", {"SweepView": "genlab.widgets.sweep"}, shown="genlab.widgets"
-)
 
 
 def _png(fig) -> bytes:

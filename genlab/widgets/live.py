@@ -70,20 +70,6 @@ def initial_config(lm, config: GenerationConfig | None = None, **overrides) -> G
     return config
 
 
-def trace_depth_of(trace_depth: int, trace_top_k: int | None) -> int:
-    """A panel's ``trace_depth``, or the value of its old name ``trace_top_k`` (with a
-    DeprecationWarning: ``top_k`` is the sampling field; the trace's is its depth)."""
-    if trace_top_k is None:
-        return trace_depth
-    warnings.warn(
-        "trace_top_k is now trace_depth (top_k is the sampling field); the old name goes "
-        "in the next release",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return trace_top_k
-
-
 def start_run(
     lm,
     prompt,

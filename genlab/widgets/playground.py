@@ -33,7 +33,7 @@ from ..plots.tokens import candidates
 from ..tokens import running_pieces, show_token
 from .base import FOCUS_CSS, button, controls_row, figure_image, scroll_box, title_html
 from .config_panel import ConfigPanel
-from .live import LiveView, ended_text, initial_config, limits_of, start_run, trace_depth_of
+from .live import LiveView, ended_text, initial_config, limits_of, start_run
 from .render import (
     END_MARK,
     frame_html,
@@ -117,8 +117,8 @@ class Playground(LiveView):
     with the chat template; seed: the seed of every generation; config / config kwargs:
     the starting settings (the model's defaults, 20 new tokens, unless given);
     auto_update: regenerate after every change; debounce: seconds of quiet before that;
-    trace_depth: alternatives the trace keeps per step (trace_top_k: its old name,
-    deprecated); run: generate once right away (synchronously).
+    trace_depth: alternatives the trace keeps per step; run: generate once right away
+    (synchronously).
 
     For code and tests: ``update(sync=True)`` generates now and returns the result;
     ``wait()`` waits for a scheduled update; ``result`` (a GenerationResult), ``table``
@@ -146,12 +146,11 @@ class Playground(LiveView):
         auto_update: bool = True,
         debounce: float = 0.3,
         trace_depth: int = 10,
-        trace_top_k: int | None = None,
         run: bool = True,
         **config_kwargs: Any,
     ) -> None:
         self.lm = lm
-        self.trace_depth = trace_depth_of(trace_depth, trace_top_k)
+        self.trace_depth = trace_depth
         self.table: pd.DataFrame | None = None
         self._plots_shown = False
         self._init_live(debounce, auto_update)
