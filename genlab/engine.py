@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
-import time
 import warnings
 
 import torch
@@ -42,14 +41,18 @@ from .hooks import HookRegistry
 from .ids import check_ids
 from .inputs import forced_ids, prepare_inputs
 from .models.adapt import as_model
-from .plan import check_row_layout, config_values, make_plan, switch_strategy
+from .plan import (
+    carry_processor_state,
+    check_row_layout,
+    config_values,
+    make_plan,
+    switch_strategy,
+)
+from .processors.samplers import drawing_from
 from .randomness import RunRandom
 from .records import Step, build_output, step_record
 from .state import RunState, Undo, initial_state
 from .strategies import Selection, strategy_for
-
-#: keyword arguments of ``generate`` that are inputs, not config fields
-INPUT_KEYS = ("input_ids", "attention_mask", "tokenizer")
 
 __all__ = ["Run", "Step", "as_model", "generate", "prepare_config", "start"]
 
@@ -166,7 +169,6 @@ class Run(Branching):
         self._tracer = None
         self._tracer_off: list = []
         self.interrupted = False
-        self.elapsed = 0.0
         #: the Step record of every step taken (what :meth:`rewind` keeps in step)
         self.history: list[Step] = []
         self._history: RunHistory | None = None
@@ -238,6 +240,7 @@ class Run(Branching):
             return
         plan = make_plan(self.config, self.given, seen)
         self._check_length(plan)
+        carry_processor_state(state.plan.processors, plan.processors)  # mirostat's μ
         old = state.strategy
         cls = strategy_for(plan.mode)
         check_row_layout(old, cls, plan, state.plan)
@@ -419,7 +422,6 @@ class Run(Branching):
     def _run_steps(self, max_steps, keep_on_interrupt, progress):
         self._resume_if_longer()
         n = 0
-        t0 = time.perf_counter()
         want = self.given.keep_history
         bar = self._progress_bar() if progress else None
         try:  # stop() from a hook or another thread ends it after a commit (_transaction)
@@ -441,7 +443,6 @@ class Run(Branching):
             self._end_interrupted()
         finally:
             self._stop_requested = False
-            self.elapsed += time.perf_counter() - t0
             if bar is not None:
                 bar.close()
         if self.state.finished:
@@ -612,14 +613,19 @@ class Run(Branching):
         if registry:
             logits = registry.fire("logits", logits, idx)
 
-        # 2. logits processors (the strategy decides how: beams take a log-softmax first)
-        scores = strategy.process(ctx, logits)
+        # 2. logits processors (the strategy decides how: beams take a log-softmax first);
+        # a processor's random draws (XTC's) come from the run's generator in every mode
+        with drawing_from(ctx.random):
+            scores = strategy.process(ctx, logits)
         if registry:
             scores = registry.fire("scores", scores, idx)
 
         # 3. choose
         took = state.forced[0] if state.forced else None
-        sel = strategy.select(ctx, scores) if took is None else strategy.force(ctx, scores, took)
+        with drawing_from(ctx.random):  # assisted decoding processes its drafts here
+            sel = (
+                strategy.select(ctx, scores) if took is None else strategy.force(ctx, scores, took)
+            )
         if registry.has("select"):
             tokens = registry.fire("select", sel.tokens, idx)
             check_ids("tokens returned by the 'select' hook", tokens, self.given.info.vocab_size)

@@ -156,6 +156,20 @@ def make_plan(config, given: Given, seen: dict | None = None) -> Plan:
     )
 
 
+def carry_processor_state(old_processors, new_processors) -> None:
+    """After a config change, each new processor that keeps run state (one with a
+    ``carry_from`` method: mirostat's μ) takes it from the old processor of its class, so
+    that the state survives a change of an unrelated field."""
+    for proc in new_processors or ():
+        carry = getattr(proc, "carry_from", None)
+        if carry is None:
+            continue
+        for old in old_processors or ():
+            if type(old) is type(proc):
+                carry(old)
+                break
+
+
 def check_row_layout(old, cls, plan: Plan, old_plan: Plan) -> None:
     """A ValueError, before anything changed, when a token-by-token run's config changes its
     rows per input (``num_return_sequences``): the rows were laid out at the start. Beam

@@ -350,6 +350,78 @@ def test_mirostat_state_follows_rewind_and_fork(demo):
     assert fork_miro is not miro
 
 
+def _mirostat_run(demo):
+    return demo.start(
+        "Once upon a time",
+        max_new_tokens=10,
+        do_sample=True,
+        seed=5,
+        mirostat_mode=2,
+        mirostat_tau=3.0,
+        top_k=0,
+    )
+
+
+def _mus(run) -> list[float]:
+    (miro,) = [p for p in run.processors if isinstance(p, MirostatV2LogitsWarper)]
+    return [s.mu for s in miro.history(run.sequences[0], start=run.given.prompt_length)]
+
+
+def test_mirostat_mu_survives_an_unrelated_config_change_rewind_and_fork(demo):
+    whole = _mirostat_run(demo)
+    whole.run()
+    expected = _mus(whole)
+    assert len(expected) == 10 and len(set(expected)) > 5
+
+    run = _mirostat_run(demo)
+    run.run(max_steps=4)
+    run.set(output_scores=True)  # a change that rebuilds the processors, nothing else
+    run.run()
+    assert run.text == whole.text
+    assert _mus(run) == expected  # μ went on from step 4, not from 2τ again
+
+    run.rewind(8)  # back across the change, and on again
+    run.run()
+    assert run.text == whole.text and _mus(run) == expected
+    fork = run.fork()
+    fork.rewind(3)
+    fork.set(output_scores=False)
+    fork.run()
+    assert fork.text == whole.text and _mus(fork) == expected
+
+
+def _xtc_beam_run(demo, perturb: bool):
+    run = demo.start(
+        "Once upon a time",
+        max_new_tokens=6,
+        do_sample=True,
+        num_beams=2,
+        seed=7,
+        xtc_probability=0.5,
+        xtc_threshold=0.05,
+    )
+    for _ in range(6):
+        if perturb:
+            torch.rand(17)  # the global generator moves between the steps
+        run.step()
+    (xtc,) = [p for p in run.processors if isinstance(p, XTCLogitsWarper)]
+    draws = [[r.drawn for r in xtc.reports[n]] for n in sorted(xtc.reports)]
+    return run, draws
+
+
+def test_xtc_in_beam_sampling_draws_from_the_runs_generator(demo):
+    torch.manual_seed(0)
+    first, draws = _xtc_beam_run(demo, perturb=False)
+    torch.manual_seed(1)
+    again, draws_again = _xtc_beam_run(demo, perturb=True)
+    assert len(draws) == 6 and all(d is not None for row in draws for d in row)
+    assert draws_again == draws and again.text == first.text
+    again.rewind(4)
+    torch.rand(5)
+    again.run()
+    assert again.text == first.text  # the rewind draws the same numbers again
+
+
 def test_xtc_draws_from_the_runs_seed(demo):
     def text(seed):
         run = demo.start(

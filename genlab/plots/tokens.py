@@ -9,7 +9,7 @@ of probability 0 (removed by top-k, top-p, ...) are never drawn as candidates; t
 (or forced) token always is, in orange.
 
 Every figure is at most :data:`MAX_WIDTH` inches wide and writes no text smaller than
-:data:`MIN_FONT` points, so that at the notebooks' 100 dpi every letter is at least 9 px
+7 points, so that at the notebooks' 100 dpi every letter is at least 9 px
 tall in a 1000 px wide output.
 """
 
@@ -28,8 +28,6 @@ from ..trace import trace_of
 
 #: widest figure, in inches (1000 px at 100 dpi: shown unscaled in a 1000 px output)
 MAX_WIDTH = 7.2  # inches: 720 px at 100 dpi, inside 768 px of notebook output
-#: smallest font size used, in points (9.7 px at 100 dpi)
-MIN_FONT = 7.0
 #: font size of tick labels and annotations
 SMALL = 9.0
 CHOSEN = "tab:orange"

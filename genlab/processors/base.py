@@ -197,16 +197,6 @@ def token_id_tensor(
     return ids.reshape(-1)
 
 
-def _is_int(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return value.numel() == 1 and not value.is_floating_point()
-    return isinstance(value, int) and not isinstance(value, bool) or _is_numpy_int(value)
-
-
-def _is_numpy_int(value: Any) -> bool:
-    return type(value).__module__ == "numpy" and "int" in type(value).__name__
-
-
 def vocab_mask(token_ids: torch.Tensor, scores: torch.Tensor) -> torch.BoolTensor:
     """(vocab,) True at ``token_ids``: the mask the suppressing processors apply."""
     size = scores.shape[-1]

@@ -414,8 +414,9 @@ class _Mirostat(LogitsProcessor):
 
     The state is keyed by the tokens so far, so it belongs to the run: rewinding to a
     step finds μ as it was there, a fork (a deep copy) goes on from its own, and a fresh
-    run starts from 2τ. Changing the run's config rebuilds the processors, and μ starts
-    again from 2τ.
+    run starts from 2τ. Changing the run's config rebuilds the processors; the new
+    mirostat of the same version takes the old one's state (:meth:`carry_from`), so μ goes
+    on from where it was (a new τ is a new target for it, not a restart).
     """
 
     is_warper = True
@@ -461,6 +462,16 @@ class _Mirostat(LogitsProcessor):
             reports.append(MirostatStep(mu, len(keep), None))
         self.last_report = reports
         return out
+
+    def carry_from(self, old: Any) -> None:
+        """Go on from ``old``'s state (the mirostat of the plan this one replaces, after a
+        config change): μ, kept counts and surprises so far, copied, so that ``old`` (which
+        a rewind may bring back) keeps its own."""
+        if type(old) is not type(self):
+            return
+        self._mu, self._kept = dict(old._mu), dict(old._kept)
+        self._surprise, self._pending = dict(old._surprise), dict(old._pending)
+        self.last_report = list(old.last_report)
 
     def _mu_for(self, row: int, tokens: tuple[int, ...], key: int) -> float:
         if key in self._mu:

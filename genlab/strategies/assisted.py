@@ -224,7 +224,7 @@ class ModelDrafter:
         self.mask = draft.attention_mask
         return draft.sequences, torch.stack(draft.recorded_scores(), dim=1)  # (1, n, vocab)
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, _memo):
         # a fork shares the draft model but gets its own cache
         other = copy.copy(self)
         other.cache = None if self.cache is None else self.cache.copy()

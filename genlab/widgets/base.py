@@ -144,11 +144,6 @@ def parse_int(text: Any, name: str, low: int | None = None, high: int | None = N
     return int(parse_number(text, name, whole=True, low=low, high=high))
 
 
-def parse_float(text: Any, name: str) -> float:
-    """A finite number typed in a box (:func:`parse_number`)."""
-    return float(parse_number(text, name))
-
-
 def with_static_html(widget, bundle):
     """Add ``widget.static_html()`` to a widget's mime bundle as ``text/html``: JupyterLab
     with a kernel shows the live widget, GitHub / nbconvert / a notebook opened without

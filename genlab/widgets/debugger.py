@@ -199,7 +199,6 @@ class StepDebugger(LiveView):
         self.trace_depth = trace_depth
         self.prompt = prompt
         self.chat = chat
-        self.seed_value = seed
         self._init_live(debounce=0.0, auto_update=False)
         cfg = initial_config(lm, config, **config_kwargs)
         run = start_run(

@@ -158,7 +158,7 @@ class WatermarkExplorer(Explorer):
         self.colours: pd.DataFrame | None = None
         self.detection: pd.DataFrame | None = None
         self.greenlist: pd.DataFrame | None = None
-        self.z_png = self.greenlist_png = b""
+        self.z_png = b""
         config_kwargs.setdefault("do_sample", True)
         config_kwargs["watermarking_config"] = watermarking_config or WatermarkingConfig()
         cfg = initial_config(lm, **config_kwargs)
@@ -301,7 +301,7 @@ class WatermarkExplorer(Explorer):
         chosen = int(self.result.sequences[0, n + pos])
         table["chosen"] = table.id == chosen
         self.greenlist = table
-        self.greenlist_png = show_figure(
+        show_figure(
             self.greenlist_image,
             greenlist_bars(
                 table, title=f"position {pos}: next-token probabilities before | after the bias"
