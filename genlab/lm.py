@@ -517,11 +517,12 @@ def load(
 
     Args:
         source: ``"demo"``, a folder, a Hub repo id, a transformers model or a genlab model;
-        tokenizer: the tokenizer for a model object (ignored for names and folders);
+        tokenizer: the tokenizer for a model object; with a name or folder, it replaces the
+            tokenizer loaded with the model;
         revision: a branch, tag or commit for a Hub repo id;
         dtype: the weights' dtype for a name or folder on a built-in decoder: float32 (the
-            default, exact), ``torch.bfloat16`` (half the memory, faster on CPUs with
-            bfloat16 instructions) or ``torch.float16`` (for CUDA).
+            default, exact), ``torch.bfloat16`` (half the weights' memory; not faster on
+            the CPUs measured, see benchmarks/README.md) or ``torch.float16`` (for CUDA).
         quantization: ``"int4"`` or ``"int8"`` for a name or folder on a built-in Llama-family
             decoder: the matrices in 4 or 8 bits, multiplied by torch's CPU kernels (the demo's
             int4 weights are its GGUF file's own blocks). Less memory, another model: see
@@ -529,7 +530,7 @@ def load(
 
     The last three lines are not run as a test: they need the Hugging Face Hub.
 
-    >>> lm = genlab.load("demo")                                 # offline, ~1 s
+    >>> lm = genlab.load("demo")                                 # offline
     >>> lm.generate("The capital of France is", max_new_tokens=4).text
     ' Paris.\\n\\n'
     >>> from transformers import AutoModelForCausalLM, AutoTokenizer     # doctest: +SKIP

@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from .stepdata import StepData
 from .tokens import show_token
 
 
@@ -26,7 +26,8 @@ class Step:
     each new row continues, for beam-like strategies, else None; logprobs: log-softmax of
     the final scores at the chosen tokens; finished: the run ended with this step;
     forced: the token came from :meth:`Run.force`; text: the chosen tokens as decoded
-    text, one string per token (when a tokenizer is known); info: strategy details.
+    text, one string per token (when a tokenizer is known); info: the strategy's step data
+    (:data:`genlab.stepdata.StepData`), or None.
     """
 
     index: int
@@ -36,7 +37,7 @@ class Step:
     finished: bool
     forced: bool = False
     text: list[str] | None = None
-    info: dict[str, Any] | None = None
+    info: StepData | None = None
 
     def __repr__(self) -> str:
         shown = [show_token(t) for t in self.text] if self.text is not None else None

@@ -83,8 +83,8 @@ def window() -> float:
     """Seconds between two looks: :data:`WINDOW` per 2 CPUs, at most 2 s. ``/proc/stat``
     counts in ticks (10 ms), this process's own time exactly; on each CPU that this process
     keeps partly busy, a look's tick count is off by a few ticks, and these errors add up
-    over the CPUs. Over this window their spread stays near 0.14 cores (2 CPUs: 0.25 s;
-    16 CPUs: 2 s), well under :data:`BUSY_CORES`."""
+    over the CPUs. Over this window (2 CPUs: 0.25 s; 16 CPUs: 2 s) their spread stays
+    well under :data:`BUSY_CORES` (benchmarks/README.md, "Figures behind the code")."""
     return min(2.0, WINDOW * max(1, (os.cpu_count() or 1) / 2))
 
 

@@ -5,7 +5,7 @@
 (raw logits, each logits processor, the final scores) plus the chosen token at every stage,
 so the tables below are cheap views:
 
-* :meth:`Trace.table` -- the tidy table of DESIGN.md: one row per
+* :meth:`Trace.table` -- the tidy table: one row per
   (step, row, stage, candidate) with logit, logprob, prob, rank, chosen, ...
 * :meth:`Trace.steps` -- one row per generated token: log-prob, prob, rank, entropy,
   top alternatives;

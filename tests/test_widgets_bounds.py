@@ -261,7 +261,7 @@ def test_forcing_then_taking_a_candidate_keeps_the_users_text(uniform, actions):
         chosen = tok.encode(token, add_special_tokens=False) if kind == "text" else [token]
         whole = kind == "text" and spans and spans[-1][1] == ref.step_index
         back = (spans[-1][1] - spans[-1][0]) if whole else min(1, ref.step_index)
-        dbg.force(token)
+        dbg.take(token)
         ref.rewind(back)
         ref.clear_forced()
         ref.force(token)
@@ -278,14 +278,14 @@ def test_taking_a_candidate_after_a_forced_text_replaces_only_its_last_piece(uni
     dbg = StepDebugger(uniform, "a", max_new_tokens=12)
     dbg.step()
     dbg.token_box.value = "' b c d'"
-    dbg.force_button.click()
+    dbg.take_button.click()
     assert dbg.text().endswith("b c d")  # (the table tokenizer joins words with spaces)
     alt = next(v for label, v in dbg.candidates.options if "(taken)" not in label)
     dbg.candidates.value = alt  # the last piece's alternatives are offered
-    dbg.force_button.click()  # a candidate of the current step: that step only
+    dbg.take_button.click()  # a candidate of the current step: that step only
     assert dbg.text().endswith("b c " + uniform.tokenizer.decode([alt]))
     dbg.token_box.value = " "  # spaces are typed text, never the dropdown's choice
-    dbg.force_button.click()
+    dbg.take_button.click()
     assert dbg.error is not None and "no tokens" in dbg.error  # (spaces: no word here)
 
 
@@ -325,3 +325,37 @@ def test_a_refused_click_message_goes_when_the_run_ends(uniform):
     dbg.wait()
     assert not dbg.worker.busy and "stopped after" in dbg.status.value  # why it stopped
     assert "not applied" not in dbg.status.value  # its cause (the Run) is gone
+
+
+def test_panels_test_only_the_endings_a_run_gives(classic, uniform):
+    """Every ``finished_by`` value a panel compares with is one a real run gives (a panel
+    once tested "stop", which no run produces), and the debugger words each ending."""
+    import ast
+    from pathlib import Path
+
+    runs = {
+        "length": uniform.start("a", max_new_tokens=2),
+        "criteria": uniform.start("a", max_new_tokens=5, max_time=1e-9),
+        "eos": classic.start("The", max_new_tokens=30),
+        "interrupted": uniform.start("a", max_new_tokens=5),
+    }
+    for by, run in runs.items():
+        if by == "interrupted":
+            run.step()
+            run.stop()
+        else:
+            run.run()
+        assert run.finished_by == by
+        assert ended_text(run), by
+    compared = set()
+    for path in Path(genlab.widgets.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.Eq):
+                left = node.left
+                name = left.attr if isinstance(left, ast.Attribute) else getattr(left, "id", "")
+                if name in ("by", "finished_by"):
+                    compared |= {c.value for c in node.comparators if isinstance(c, ast.Constant)}
+    assert compared and compared <= set(runs), compared - set(runs)
+    dbg = StepDebugger(uniform, "a", max_new_tokens=5, max_time=1e-9)
+    dbg.run_to_end()
+    assert "a stopping criterion (max_time or your own) ended" in dbg.finished_message()

@@ -124,7 +124,7 @@ def plain_view_reader_class():
 
     The reader slices its buffer once per metadata string (about 100,000 for SmolLM2's
     tokens and merges); slicing an ``np.memmap`` runs Python bookkeeping each time, a plain
-    view of the same mapped memory does not, which makes opening about 2.5x faster. Nothing
+    view of the same mapped memory does not, which makes opening faster. Nothing
     is copied; tensor data stays memory-mapped and every value read is the same.
     """
     from gguf import GGUFReader

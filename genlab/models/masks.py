@@ -143,10 +143,9 @@ def sdpa_keep_mask(
     query may attend a key: the key is not padding, not in the future, and (with a sliding
     window) fewer than ``sliding_window`` positions back. With ``dtype`` the mask comes as
     SDPA would turn it into numbers (0 where True, -inf elsewhere), once for every layer:
-    SDPA converts a boolean mask again in each layer (two kernels a layer, 1.4 ms of a
-    16-row step on the demo model). When nothing is padded and the causal structure is all
-    there is (one new token, or no past), return ``(None, causal)`` so that SDPA can take
-    its fastest path.
+    SDPA converts a boolean mask again in each layer (two kernels a layer). When nothing is
+    padded and the causal structure is all there is (one new token, or no past), return
+    ``(None, causal)`` so that SDPA can take its fastest path.
     """
     total = past + new_len
     windowed = sliding_window is not None and total > sliding_window

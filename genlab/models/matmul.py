@@ -19,9 +19,9 @@ Under ``torch.compile`` a product is the operator ``genlab::matmul``, opaque to 
 weight).
 
 Which form a decoder stores is measured, not fixed: the cost of the packed one-row product
-depends on the machine (25 % slower than the split one on one AMD EPYC, 4 % on another), so
-:func:`choose_form` times both forms once per process (per dtype and thread count: about
-0.1 s) on matrices the size of a small model's layers, for one row and for 16 rows, and
+against the split one depends on the machine (benchmarks/README.md, "Figures behind the
+code"), so :func:`choose_form` times both forms once per process (per dtype and thread
+count) on matrices the size of a small model's layers, for one row and for 16 rows, and
 keeps the faster for each (the split form at its faster block count). Where one row
 prefers the split form, several rows the packed one, and memory allows a second copy of
 the weights, a decoder keeps **both** (:class:`TwoForms`): the split view for decoding
@@ -152,8 +152,8 @@ PROBE_REPEATS = 3
 MANY_ROWS_MARGIN = 0.75  # split serves several rows only when this much faster than packed
 BOTH_MEMORY_SHARE = 0.25  # keep both forms when the extra copy is at most this share of free memory
 # ... and only when split decodes one row clearly faster than packed: a second copy of the
-# weights (538 MB for the demo) is not worth a near tie (12.00 against 12.22 ms measured on
-# an AVX2-only EPYC, which kept both and held 1.39 GB)
+# weights (538 MB for the demo) is not worth a near tie (benchmarks/README.md, "Figures
+# behind the code")
 BOTH_ONE_ROW_GAIN = 0.85
 
 
@@ -163,8 +163,8 @@ def measure_forms(dtype: torch.dtype = torch.float32, repeats: int = PROBE_REPEA
     alternating): ``{"packed": (one_row, many_rows), "split": (one_row, many_rows),
     "split_parts": n}``. The split form is timed with one row block per thread and with a
     single block (one batched product over the whole matrix); ``split`` holds the variant
-    faster for one row and ``split_parts`` its block count (on one AMD EPYC one block per
-    thread read 30-35 GB/s; on an Intel Xeon it read 8 GB/s where a single block read 17).
+    faster for one row and ``split_parts`` its block count (which count is faster differs
+    from one CPU to another: benchmarks/README.md).
     Measured once per process for each dtype and thread count; later calls return the
     stored figures."""
     key = (dtype, torch.get_num_threads())
@@ -271,9 +271,8 @@ def choose_form(
     one = "split" if s1 < p1 else "packed"
     clear_one = s1 < BOTH_ONE_ROW_GAIN * p1
     # several rows: packed unless split is clearly faster. The probe may sit in a large
-    # cache: on an Intel Xeon it put split 1-6 % ahead from one process to the next, where
-    # on the model's weights packed ran 16 sampled rows 1.11-1.44x faster (228.6 against
-    # 205.4 and 158.9 tok/s); on an AMD EPYC packed led the probe by 1.6-1.9x
+    # cache and put split ahead where the model's weights favour packed
+    # (benchmarks/README.md, "Figures behind the code")
     many = "split" if s16 < MANY_ROWS_MARGIN * p16 else "packed"
     blocks = f" in {parts} block{'s' if parts != 1 else ''}" if parts else ""
     timing = (
@@ -477,7 +476,7 @@ def _split(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None):
 
 
 # The operator form of matmul for compiled graphs. Registered through torch.library's
-# low-level API: a call costs ~5 us more than the function (torch.library.custom_op: ~30 us).
+# low-level API, whose calls cost less than torch.library.custom_op's (benchmarks/README.md).
 _OPS = torch.library.Library("genlab", "DEF")
 _OPS.define("matmul(Tensor x, Tensor weight, Tensor? add) -> Tensor")
 _OPS.impl("matmul", _matmul, "CompositeExplicitAutograd")

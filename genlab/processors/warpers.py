@@ -106,11 +106,11 @@ class TopPLogitsWarper(LogitsProcessor):
 
 
 def _top_p_drop_fast(scores: torch.Tensor, top_p: float, keep: int) -> torch.BoolTensor | None:
-    """The tokens top-p drops, without torch's sort (3 ms a row of 49,152 on a CPU), or None
+    """The tokens top-p drops, without torch's sort (slow on a CPU: benchmarks/README.md), or None
     where this cannot be sure to drop exactly the reference's tokens.
 
     The dropped tokens are a prefix of the ascending order: the cumulative sum of sorted
-    probabilities never decreases. The sorted *values* (numpy's vectorised sort, 30x faster
+    probabilities never decreases. The sorted *values* (numpy's vectorised sort, much faster
     than torch's sort with indices) give the same softmax and cumulative sum bit for bit,
     hence the prefix length r; the tokens are then those at or below the r-th smallest value.
     That holds unless the r-th value is tied with the (r+1)-th: which of the tied tokens the
@@ -158,7 +158,7 @@ class MinPLogitsWarper(LogitsProcessor):
         too_unlikely = probs < self.min_p * top_prob
         if self.min_tokens_to_keep == 1:
             # the reference's sort only protects the most likely token, which is never too
-            # unlikely (min_p <= 1): without the sort (3 ms a row) the same tokens go
+            # unlikely (min_p <= 1): without the sort the same tokens go
             return scores.masked_fill(too_unlikely, self.filter_value)
         order = torch.argsort(scores, descending=True, dim=-1)
         drop_sorted = torch.gather(too_unlikely, dim=-1, index=order)

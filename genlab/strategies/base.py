@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..processors.samplers import drawing_from
+from ..stepdata import StepData
 
 
 @dataclass
@@ -39,14 +40,15 @@ class Selection:
     tokens: (rows,) next token per row (after the strategy's reordering), or (rows, n)
         when a step appends several tokens (an accepted draft in assisted decoding)
     parents: (rows,) row each new row continues, or None when rows keep their order
-    info: strategy-specific details for traces (beam candidates, ...)
+    info: the strategy's step data for traces (:data:`genlab.stepdata.StepData`: a
+        ``BeamStep``, ``AssistedStep``, ...), or None
     scores, logits: with (rows, n) tokens, the n processed scores and raw logits
         (each (rows, vocab)) the engine records in place of the step's single one
     """
 
     tokens: torch.LongTensor
     parents: torch.LongTensor | None = None
-    info: dict[str, Any] | None = None
+    info: StepData | None = None
     scores: tuple[torch.Tensor, ...] | None = None
     logits: tuple[torch.Tensor, ...] | None = None
 

@@ -4,10 +4,10 @@ the same tokens from the same random state, several times faster on the CPU.
 On the CPU, ``torch.multinomial(p, k)`` without replacement is the exponential race: one
 Exp(1) variable per entry (``exponential_`` on the default generator), then the k largest
 ``p / q``. ``exponential_`` computes every variable in one serial loop (-log1p(-u) of a
-53-bit uniform u), about 13 ns an entry: 0.7 ms for one row of a 49,152-token vocabulary,
-11 ms for 16 rows, as long as the model's whole step. :func:`multinomial` draws the same
+53-bit uniform u): for 16 rows of a large vocabulary, as long as the model's whole step
+(benchmarks/README.md, "Figures behind the code"). :func:`multinomial` draws the same
 uniforms in the same order (``uniform_`` on a float64 tensor consumes the generator
-identically and is 5x faster) into a buffer kept from step to step, and takes the
+identically and is faster) into a buffer kept from step to step, and takes the
 logarithm vectorised on every core: the same variables, bit for bit, so seeds give the
 reference's tokens and leave the generator where the reference leaves it.
 
@@ -53,7 +53,7 @@ def draw(
 
 def _buffer(numel: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """A buffer of ``numel`` entries of ``dtype``, kept per thread from draw to draw: a new
-    3-6 MB tensor a step costs its page faults every time (up to 4 ms for 16 rows here)."""
+    3-6 MB tensor a step costs its page faults every time."""
     buffers = _BUFFERS.__dict__
     buffer = buffers.get(dtype)
     if buffer is None or buffer.numel() < numel:

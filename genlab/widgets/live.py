@@ -260,9 +260,8 @@ class LiveView(Panel):
             self.stop_button.disabled = True
 
     #: seconds between two paints of a generation in progress: ten a second reads as
-    #: smooth, and each paint is work for the browser (which may share the kernel's cores:
-    #: painting every step made a 20-token Playground change 0.2 s slower, 1.58 s against
-    #: 1.38 s without streaming, benchmarks/bench_browser.sh)
+    #: smooth, and each paint is work for the browser, which may share the kernel's cores
+    #: (what painting every step cost: benchmarks/README.md)
     STREAM_EVERY = 0.1
 
     def stream(self, run: Run, job: Job) -> None:

@@ -9,8 +9,8 @@ one of two ways, chosen at each request:
   generator job is one ``loop.call_soon`` callback, so the kernel reads the widget
   messages that arrived (a newer slider value, Stop) between two steps, and the
   generation runs on the thread that owns torch's thread pool (a second thread doing
-  torch work makes every small parallel operation wait for OpenMP wake-ups: measured
-  274 ms on the main thread against 432 ms elsewhere for 20 tokens). A job that is a
+  torch work makes every small parallel operation wait for OpenMP wake-ups: see
+  benchmarks/README.md, "Live speed"). A job that is a
   plain function (it cannot pause) still runs in a thread there.
 * **thread mode** otherwise (scripts, tests): the job runs in a thread of its own.
 
