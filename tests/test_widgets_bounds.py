@@ -261,7 +261,7 @@ def test_forcing_then_taking_a_candidate_keeps_the_users_text(uniform, actions):
         chosen = tok.encode(token, add_special_tokens=False) if kind == "text" else [token]
         whole = kind == "text" and spans and spans[-1][1] == ref.step_index
         back = (spans[-1][1] - spans[-1][0]) if whole else min(1, ref.step_index)
-        dbg.take(token)
+        dbg.force(token)
         ref.rewind(back)
         ref.clear_forced()
         ref.force(token)
@@ -278,14 +278,14 @@ def test_taking_a_candidate_after_a_forced_text_replaces_only_its_last_piece(uni
     dbg = StepDebugger(uniform, "a", max_new_tokens=12)
     dbg.step()
     dbg.token_box.value = "' b c d'"
-    dbg.take_button.click()
+    dbg.force_button.click()
     assert dbg.text().endswith("b c d")  # (the table tokenizer joins words with spaces)
     alt = next(v for label, v in dbg.candidates.options if "(taken)" not in label)
     dbg.candidates.value = alt  # the last piece's alternatives are offered
-    dbg.take_button.click()  # a candidate of the current step: that step only
+    dbg.force_button.click()  # a candidate of the current step: that step only
     assert dbg.text().endswith("b c " + uniform.tokenizer.decode([alt]))
     dbg.token_box.value = " "  # spaces are typed text, never the dropdown's choice
-    dbg.take_button.click()
+    dbg.force_button.click()
     assert dbg.error is not None and "no tokens" in dbg.error  # (spaces: no word here)
 
 
