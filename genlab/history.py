@@ -2,9 +2,10 @@
 
 :class:`RunHistory` has three verbs:
 
-* :meth:`RunHistory.record` -- before each step, a small :class:`Entry`: lengths (the
-  tokens, the cache, the recorded outputs), the strategy's state, the config in force, the
-  forced queue and where the random generator stood;
+* :meth:`RunHistory.begin` / :meth:`RunHistory.commit` -- before each step, a small
+  :class:`Entry`: lengths (the tokens, the cache, the recorded outputs), the strategy's
+  state, the config in force, the forced queue and where the random generator stood; kept
+  once the step commits;
 * :meth:`RunHistory.restore` -- put the run back to the state before step ``target``;
 * :meth:`RunHistory.replay` -- rebuild that state by running the steps again from the
   start, for runs whose state cannot be cut back (beam search reorders its cache in place;
@@ -43,7 +44,7 @@ class Entry:
     strategy_state: dict | None  # None for replayed runs
     plan: Plan
     config: Any  # the user's config in force at this step (a private copy)
-    config_values: dict  # what prepare.config_values gave for it
+    config_values: dict  # what plan.config_values gave for it
     forced: tuple[int, ...]  # the forced queue before the step
     took: int | None = None  # the forced id this step took (filled at the commit)
     random: RandomMark | None = None  # the generator before the step
