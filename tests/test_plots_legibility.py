@@ -1,5 +1,5 @@
 """Every public plot function, drawn on realistic inputs, writes no text smaller than 9 px
-as shown in a 1000 px wide notebook output (the BRIEF's rule):
+as shown in a 1000 px wide notebook output:
 
     font size (pt) * dpi / 72 * min(1, 1000 / figure width in px) >= 9
 
