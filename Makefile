@@ -27,6 +27,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 ## help: list the targets
 help:
 	@grep -E '^## [a-z-]+:' $(MAKEFILE_LIST) | sed -e 's/^## /  make /' -e 's/: /\t/' | expand -t 28
+	@echo "How to commit, test, re-execute notebooks and run the browser check: CONTRIBUTING.md"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
