@@ -8,7 +8,8 @@ operations a strategy needs:
 
 * :meth:`forward` -- the one place where the model runs during generation;
 * :meth:`process` -- the logits processors in order, with their hook points;
-* :meth:`stop` -- the stopping criteria on given sequences;
+* :meth:`criteria_met` -- the stopping criteria on given sequences (``Run.stop``, not a
+  strategy's, ends a run);
 * :meth:`has` / :meth:`fire` / :meth:`notify` -- the hook points a strategy adds, with
   the registry's verbs (:mod:`genlab.hooks`): is anyone listening, pass a value through
   the hooks then the observers (an extra stage ``processor.DoLa``, the
@@ -237,7 +238,7 @@ class StepContext:
         """Show ``value`` to the observers of ``point`` (the trace, widgets) only."""
         self._run.registry.notify(point, value, self._run.state.step_index)
 
-    def stop(self, sequences: torch.LongTensor, scores: Any = ...) -> torch.BoolTensor:
+    def criteria_met(self, sequences: torch.LongTensor, scores: Any = ...) -> torch.BoolTensor:
         """The stopping criteria on ``sequences`` (rows, length) -> (rows,) bools; they get
         the recorded scores as in the reference unless ``scores`` is given."""
         run = self._run

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
 
     print("Per-token transition scores of the greedy chat answer:")
-    table = greedy_chat.transition_scores()
+    table = greedy_chat.transition_scores(row=0)
     with pd.option_context("display.width", 100, "display.max_rows", 100):
         print(table[["token", "logprob", "prob"]].round(4).to_string())
     return 0

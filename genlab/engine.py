@@ -39,7 +39,7 @@ from .context import StepContext
 from .history import RunHistory
 from .hooks import HookRegistry
 from .ids import check_ids
-from .inputs import forced_ids, prepare_inputs
+from .inputs import forced_ids, prepare_inputs, warn_ignored_arguments
 from .models.adapt import as_model
 from .plan import (
     carry_processor_state,
@@ -204,7 +204,11 @@ class Run(Branching):
                 ),
             )
 
-        _, caught = _set_up_warnings(set_up)
+        def set_up_and_check():
+            set_up()
+            warn_ignored_arguments(self.config, synced_gpus=synced_gpus)
+
+        _, caught = _set_up_warnings(set_up_and_check)
         self.given.warnings = caught
         self.registry.bind(self.given.model)  # hook points inside its layers, if it has them
         if self.given.keep_history:

@@ -30,6 +30,29 @@ widget's ``history()`` is a table of the Step records.
 
 **fork** -- an independent copy of a run: it shares only the model and tokenizer.
 
+**stop** -- ``run.stop()`` ends a run. Inside a step, ``ctx.criteria_met(sequences)`` asks
+the stopping criteria which rows they would end; it ends nothing itself.
+
+**select** -- a strategy's ``select(ctx, scores)`` returns the step's
+:class:`~genlab.strategies.Selection` (tokens, parents); greedy search, sampling and DoLa
+apply their bare ``rule(ctx, scores)`` (the argmax, the draw) inside it. Every strategy
+method takes ``ctx`` first.
+
+**mode** -- the decoding strategy a config selects, ``run.mode``: a
+:class:`~genlab.config.GenerationMode` value (``"beam_search"``, ...);
+``GenerationMode(run.mode).is_beam`` says whether the rows are beams.
+
+**token id** -- ``lm.token_id(" far")`` is the id of a text that is one token (else a
+ValueError); ``lm.encode(prompt)`` gives a prompt's ``(input_ids, attention_mask)``, what
+``generate`` takes.
+
+**transition scores** -- one table for a result and a trace,
+``res.transition_scores()`` and ``trace.transition_scores()``: ``step``, ``row``,
+``token_id``, ``token``, ``score``, ``logprob``, ``prob``. ``score`` is what
+:func:`genlab.compute_transition_scores` gives, ``normalize_logits=False`` by default as in
+the reference (the processed score); ``logprob`` and ``prob`` are always the token's
+log-probability and probability in the processed distribution.
+
 **random source** -- :class:`genlab.randomness.RunRandom`, the run's own
 ``torch.Generator`` (seeded runs and runs that keep history). torch's global generator is
 used only by plain ``generate`` calls without a seed, as in the reference.

@@ -302,6 +302,32 @@ def prepare_inputs(model, config, unused: dict, input_ids, attention_mask, *, in
     )
 
 
+#: config fields genlab accepts (they are the reference's) but does not act on, and why
+IGNORED_FIELDS = {
+    "cache_config": "genlab builds its caches itself (cache_implementation chooses one)",
+    "return_legacy_cache": "genlab returns no past_key_values to convert",
+    "prefill_chunk_size": "the prompt runs through the model in one piece",
+}
+
+
+def warn_ignored_arguments(config, synced_gpus=None) -> None:
+    """One warning for each argument that is accepted but does nothing here: a field of
+    :data:`IGNORED_FIELDS` set to a value other than its default, ``synced_gpus=True``."""
+    from .config.fields import FIELDS
+
+    for name, why in IGNORED_FIELDS.items():
+        value = getattr(config, name, None)
+        if value != FIELDS[name].default:
+            warnings.warn(f"{name}={value!r} is ignored: {why}", UserWarning, stacklevel=2)
+    if synced_gpus:
+        warnings.warn(
+            "synced_gpus=True is ignored: genlab generates in one process, so there are no "
+            "other GPUs to keep in step with",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
 def take_unset_model_inputs(unused: dict) -> None:
     """Drop the model inputs a transformers user passes as None (``past_key_values=None``,
     ``inputs_embeds=None``: the reference ignores them too); a cache passed in is refused,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from .engine import Run, as_model
 from .forward_cache import DEFAULT_MAX_BYTES, ForwardCache
 from .inputs import prompt_from_mapping, prompt_ids
 from .tokens import shown
+from .trace import TRANSITION_COLUMNS
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +71,17 @@ class GenerationResult:
         """The new token ids only, (rows, new): ``sequences`` without the prompt."""
         return self.sequences[:, self.prompt_length :]
 
-    def transition_scores(self, normalize_logits: bool = True, row: int = 0) -> pd.DataFrame:
-        """Per-token table (token, log-prob, prob) from ``compute_transition_scores``.
+    def transition_scores(
+        self, normalize_logits: bool = False, row: int | None = None
+    ) -> pd.DataFrame:
+        """One row per generated token: ``step``, ``row``, ``token_id``, ``token``,
+        ``score``, ``logprob``, ``prob`` (the columns of :meth:`Trace.transition_scores`).
 
-        normalize_logits: log-softmax the scores first (True: log-probabilities of the
-        processed distribution); row: which returned sequence.
+        ``score`` is what ``compute_transition_scores(..., normalize_logits=...)`` gives, as
+        in the reference (default False: the processed score, with beams the beam's
+        transition score); ``logprob`` and ``prob`` are the token's log-probability and
+        probability in the processed distribution, whatever ``normalize_logits`` says.
+        row: one returned sequence, or None for all of them. A row ends at its EOS.
         """
         from .outputs import compute_transition_scores
 
@@ -81,35 +89,39 @@ class GenerationResult:
         if getattr(out, "scores", None) is None:
             raise ValueError(
                 "no scores were recorded: generate with output_scores=True "
-                "and return_dict_in_generate=True (lm.generate does by default)"
+                "and return_dict_in_generate=True (lm.generate does unless told False)"
             )
         beam_indices = getattr(out, "beam_indices", None)
-        ts = compute_transition_scores(
-            out.sequences,
-            out.scores,
-            beam_indices,
-            normalize_logits=normalize_logits and beam_indices is None,
-        )
-        ids = self.generated_ids[row].tolist()
-        vals = ts[row].tolist()
+        args = (out.sequences, out.scores, beam_indices)
+        scores = compute_transition_scores(*args, normalize_logits=normalize_logits)
+        logprobs = scores if normalize_logits else None
+        if logprobs is None:
+            logprobs = compute_transition_scores(*args, normalize_logits=True)
         tok = self.run.tokenizer
-        rows = []
         eos = set(self.run.eos_token_ids)
-        for i, (tid, lp) in enumerate(zip(ids, vals, strict=True)):
-            if beam_indices is not None and int(beam_indices[row, i]) < 0:
-                break
-            if i and ids[i - 1] in eos:
-                break  # the row had finished: the rest is padding
-            rows.append(
-                {
-                    "step": i,
-                    "token_id": tid,
-                    "token": shown(tok, tid),
-                    "logprob": lp,
-                    "prob": float(torch.tensor(lp).exp()),
-                }
-            )
-        return pd.DataFrame(rows)
+        rows = range(self.sequences.shape[0]) if row is None else [row]
+        table = []
+        for r in rows:
+            ids = self.generated_ids[r].tolist()
+            for i, (tid, score, lp) in enumerate(
+                zip(ids, scores[r].tolist(), logprobs[r].tolist(), strict=True)
+            ):
+                if beam_indices is not None and int(beam_indices[r, i]) < 0:
+                    break
+                if i and ids[i - 1] in eos:
+                    break  # the row had finished: the rest is padding
+                table.append(
+                    {
+                        "step": i,
+                        "row": r,
+                        "token_id": tid,
+                        "token": shown(tok, tid),
+                        "score": score,
+                        "logprob": lp,
+                        "prob": math.exp(lp),
+                    }
+                )
+        return pd.DataFrame(table, columns=TRANSITION_COLUMNS)
 
     def _repr_html_(self) -> str:
         body = "".join(
@@ -179,6 +191,9 @@ class LM:
 
         system: a system message put first when the prompt is a chat (a text with
         ``chat=True``, or a list of messages that has no system message of its own).
+
+        Returns ``(input_ids, attention_mask)``, both (rows, length), what ``generate``
+        takes; for the id of one token use :meth:`token_id`.
         """
         if system:
             _check_system(prompt, chat, system)
@@ -218,6 +233,26 @@ class LM:
         else:
             enc = _tokenize(tok, texts)
         return enc["input_ids"], enc["attention_mask"]
+
+    def token_id(self, text: str) -> int:
+        """The id of the one token that ``text`` is (for ``force``, hooks, biases); a
+        ValueError when ``text`` is not exactly one token.
+
+        >>> far = lm.token_id(" far")
+        >>> lm.tokenizer.decode([far])
+        ' far'
+        """
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"token_id takes the text of one token, got {text!r}")
+        tok = self._need_tokenizer()
+        ids = [int(i) for i in tok.encode(text, add_special_tokens=False)]
+        if len(ids) != 1:
+            pieces = [shown(tok, i) for i in ids]
+            raise ValueError(
+                f"token_id: {text!r} is {len(ids)} tokens {pieces}, not one: pass the text "
+                "of a single token, or use lm.encode(text) for the ids of several"
+            )
+        return ids[0]
 
     def _chat_text(self, messages) -> str:
         return self._need_tokenizer().apply_chat_template(
@@ -278,6 +313,11 @@ class LM:
     ) -> GenerationResult:
         """Generate from text; returns a :class:`GenerationResult` (text, tables, trace).
 
+        Unlike :func:`genlab.generate` (ids in, what transformers' ``generate`` returns
+        out), it records the scores its tables need: ``return_dict_in_generate`` and
+        ``output_scores`` default to True here, so ``res.output`` is the output object
+        (pass them False to record less; ``transition_scores`` then has nothing to show).
+
         Args:
             prompt: a string, a batch of strings, chat messages or a tensor of ids
                 (see :meth:`encode`);
@@ -308,7 +348,8 @@ class LM:
         ids, mask = (
             (None, None) if prompt is None else self.encode(prompt, chat=chat, system=system)
         )
-        # the exploration API records scores so that the tables can be built
+        # the exploration API records scores so that the tables can be built (documented
+        # in generate and the README; False turns it off)
         config.setdefault("return_dict_in_generate", True)
         config.setdefault("output_scores", True)
         return Run(

@@ -9,7 +9,8 @@ so the tables below are cheap views:
   (step, row, stage, candidate) with logit, logprob, prob, rank, chosen, ...
 * :meth:`Trace.steps` -- one row per generated token: log-prob, prob, rank, entropy,
   top alternatives;
-* :meth:`Trace.transition_scores` -- equal to ``compute_transition_scores``;
+* :meth:`Trace.transition_scores` -- ``compute_transition_scores``'s values, in the
+  columns of a result's table (:data:`TRANSITION_COLUMNS`);
 * :meth:`Trace.stage_summary` -- per step, the probability mass each processor removed.
 
 Strategies hand over their own step data as typed values (:mod:`genlab.stepdata`): beam
@@ -42,6 +43,10 @@ from .stepdata import (
     StepData,
 )
 from .tokens import shown
+
+#: the columns of a transition-score table (:meth:`Trace.transition_scores`,
+#: ``GenerationResult.transition_scores``): ``score`` is ``compute_transition_scores``'s value
+TRANSITION_COLUMNS = ["step", "row", "token_id", "token", "score", "logprob", "prob"]
 
 
 @dataclass
@@ -447,16 +452,23 @@ class Trace:
             )
         return pd.DataFrame(out)
 
-    def transition_scores(self, normalize_logits: bool = False) -> pd.DataFrame:
-        """The scores of the chosen tokens, as ``compute_transition_scores`` gives them for
-        greedy and sampling: the processed score, or with ``normalize_logits=True`` its
-        log-softmax."""
+    def transition_scores(
+        self, normalize_logits: bool = False, row: int | None = None
+    ) -> pd.DataFrame:
+        """The chosen tokens' scores, one row per token (greedy and sampling runs), in
+        the columns of :data:`TRANSITION_COLUMNS`, as ``GenerationResult.transition_scores``.
+
+        ``score`` is what ``compute_transition_scores(..., normalize_logits=...)`` gives:
+        the processed score (the default, as in the reference) or its log-softmax;
+        ``logprob`` and ``prob`` are always the token's log-probability and probability in
+        the processed distribution. row: one sequence, or None for all of them.
+        """
         out = []
         for rec in self.records:
             final = rec.stages[-1]
             vals = final.chosen_logprobs if normalize_logits else final.chosen_values
             for r, tid in enumerate(rec.chosen_for_row.tolist()):
-                if tid < 0:
+                if tid < 0 or (row is not None and r != row):
                     continue
                 out.append(
                     {
@@ -465,10 +477,11 @@ class Trace:
                         "token_id": tid,
                         "token": self.token_text(tid),
                         "score": float(vals[r]),
+                        "logprob": float(final.chosen_logprobs[r]),
                         "prob": float(final.chosen_logprobs[r].exp()),
                     }
                 )
-        return pd.DataFrame(out)
+        return pd.DataFrame(out, columns=TRANSITION_COLUMNS)
 
     def stage_summary(self, step: int, row: int = 0) -> pd.DataFrame:
         """For one step, one row per stage (raw, each processor, final): how many tokens are

@@ -83,6 +83,21 @@ class GenerationMode(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def is_beam(self) -> bool:
+        """Whether the rows of a run in this mode are beams (a returned sequence's tokens
+        come from several rows), as in the four beam searches.
+
+        >>> GenerationMode("beam_sample").is_beam, GenerationMode("sample").is_beam
+        (True, False)
+        """
+        return self in (
+            GenerationMode.BEAM_SEARCH,
+            GenerationMode.BEAM_SAMPLE,
+            GenerationMode.CONSTRAINED_BEAM_SEARCH,
+            GenerationMode.GROUP_BEAM_SEARCH,
+        )
+
 
 #: the checks of the "json" kind fields: the plain-data ones and the two small configs
 _CHECKS = {

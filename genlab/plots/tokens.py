@@ -260,7 +260,7 @@ def compare_logprobs(results: Sequence, labels: Sequence[str] | None = None) -> 
     ax = fig.add_subplot()
     seqs = []
     for res, name in zip(results, labels, strict=True):
-        table = res.transition_scores()
+        table = res.transition_scores(row=0)
         ax.plot(table.step, table.logprob, marker=".", lw=1.2, label=name)
         seqs.append(table.token_id.tolist())
     diverge = first_divergence(seqs)

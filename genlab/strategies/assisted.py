@@ -361,7 +361,7 @@ class AssistedDecoding(TokenByToken):
         budget = self.drafter.num_assistant_tokens
         candidates, draft_scores = self.drafter.draft(ctx, ids)  # (1, cur + n)
         n = candidates.shape[1] - cur
-        done = bool(ctx.stop(candidates, scores=None)[0]) if n else False
+        done = bool(ctx.criteria_met(candidates, scores=None)[0]) if n else False
         mask = torch.cat([ctx.attention_mask, ctx.attention_mask.new_ones((1, n))], dim=1)
         new = candidates[:, ctx.cache.length() :]
         out = ctx.forward(new, mask=mask, cache=ctx.cache, logits_to_keep=n + 1)

@@ -3,7 +3,7 @@
 The engine (genlab/engine.py) owns the loop: output recording, cache updates, hooks,
 streaming, transactions. A strategy never sees the Run: every method receives a
 :class:`~genlab.context.StepContext` ``ctx`` (read-only facts, ``ctx.forward``,
-``ctx.process``, ``ctx.stop``, ``ctx.fire``). It plugs in at these places:
+``ctx.process``, ``ctx.criteria_met``, ``ctx.fire``). It plugs in at these places:
 
 * ``forward(ctx)``: the model output whose last position gives this step's logits
   (default ``ctx.forward()``);

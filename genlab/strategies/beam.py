@@ -83,7 +83,7 @@ def publish(ctx, payload: BeamStep) -> BeamStep:
 
 def stop_flags(ctx, sequences: torch.LongTensor) -> torch.BoolTensor:
     """The stopping criteria on ``sequences`` (rows, len) as a (rows,) bool tensor."""
-    return ctx.stop(sequences)
+    return ctx.criteria_met(sequences)
 
 
 def _gather_rows(x: torch.Tensor, index: torch.LongTensor) -> torch.Tensor:

@@ -155,9 +155,9 @@ class DolaDecoding(TokenByToken):
         scores = ctx.fire("processor.DoLa", scores)
         return ctx.process(ctx.sequences, scores)
 
-    def choose(self, scores: torch.Tensor, ctx) -> torch.LongTensor:
+    def rule(self, ctx, scores: torch.Tensor) -> torch.LongTensor:
         base = MultinomialSampling if self.config.do_sample else GreedySearch
-        return base.choose(self, scores, ctx)
+        return base.rule(self, ctx, scores)
 
     def select(self, ctx, scores: torch.Tensor) -> Selection:
         info = DolaStep(
@@ -165,4 +165,4 @@ class DolaDecoding(TokenByToken):
             divergence=None if self.divergence is None else self.divergence.cpu(),
             chosen_layer=self.chosen_layer,
         )
-        return Selection(self._pad_finished(ctx, self.choose(scores, ctx)), info=info)
+        return Selection(self._pad_finished(ctx, self.rule(ctx, scores)), info=info)

@@ -20,13 +20,14 @@ class TokenByToken(Strategy):
         # (rows,) 1 while a row is still generating, as the reference keeps it
         self.unfinished = torch.ones(ctx.sequences.shape[0], dtype=torch.long, device=ctx.device)
 
-    def choose(self, scores: torch.Tensor, ctx) -> torch.LongTensor:
-        """One token per row from ``scores`` (rows, vocab): the rule of the strategy
-        (random draws come from ``ctx.random``, the run's own generator)."""
+    def rule(self, ctx, scores: torch.Tensor) -> torch.LongTensor:
+        """One token per row from ``scores`` (rows, vocab), by the strategy's rule (random
+        draws come from ``ctx.random``, the run's own generator); :meth:`select` wraps it
+        in a :class:`Selection`, finished rows padded."""
         raise NotImplementedError
 
     def select(self, ctx, scores: torch.Tensor) -> Selection:
-        return Selection(self._pad_finished(ctx, self.choose(scores, ctx)))
+        return Selection(self._pad_finished(ctx, self.rule(ctx, scores)))
 
     def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
         return Selection(self._pad_finished(ctx, super().force(ctx, scores, token_id).tokens))
@@ -38,7 +39,7 @@ class TokenByToken(Strategy):
         return tokens
 
     def update(self, ctx, selection: Selection) -> None:
-        done = ctx.stop(ctx.sequences)
+        done = ctx.criteria_met(ctx.sequences)
         self.unfinished = self.unfinished & ~done
 
     def is_done(self, ctx) -> bool:
@@ -50,7 +51,7 @@ class GreedySearch(TokenByToken):
 
     mode = "greedy_search"
 
-    def choose(self, scores: torch.Tensor, ctx) -> torch.LongTensor:
+    def rule(self, ctx, scores: torch.Tensor) -> torch.LongTensor:
         return torch.argmax(scores, dim=-1)
 
 
@@ -59,6 +60,6 @@ class MultinomialSampling(TokenByToken):
 
     mode = "sample"
 
-    def choose(self, scores: torch.Tensor, ctx) -> torch.LongTensor:
+    def rule(self, ctx, scores: torch.Tensor) -> torch.LongTensor:
         probs = torch.softmax(scores, dim=-1)
         return ctx.random.multinomial(probs, num_samples=1).squeeze(1)

@@ -28,7 +28,7 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
-from ..config import GenerationConfig
+from ..config import GenerationConfig, GenerationMode
 from ..plots.tokens import candidates
 from ..tokens import running_pieces, show_token
 from .base import FOCUS_CSS, button, controls_row, figure_image, scroll_box, title_html
@@ -63,13 +63,13 @@ def token_table(result) -> pd.DataFrame:
     columns (a beam's token has no single distribution to rank it in): never "None" cells.
     """
     trace = result.trace
-    if trace is not None and "beam" not in str(result.run.mode):
+    if trace is not None and not GenerationMode(result.run.mode).is_beam:
         raw = trace.steps(row=0)
         if not raw.empty:
             table = steps_table(trace, row=0)
             table["text"] = list(raw.token)
             return table[[*TABLE_COLUMNS, "text"]].reset_index(drop=True)
-    table = result.transition_scores()
+    table = result.transition_scores(row=0)
     table["text"] = list(table.token)
     table["token"] = [show_token(t) for t in table.token]
     return table[[c for c in TABLE_COLUMNS if c in table.columns] + ["text"]]
@@ -280,7 +280,7 @@ class Playground(LiveView):
             table,
             prompt=prompt,
             tokenizer=self.lm.tokenizer,
-            ended=run.finished_by == "eos" and "beam" not in str(run.mode),
+            ended=run.finished_by == "eos" and not GenerationMode(run.mode).is_beam,
         )
         self.table_view.value = frame_html(shown_columns(table))
         self.result, self.table = result, table
@@ -375,7 +375,7 @@ class Playground(LiveView):
     # -- plots ---------------------------------------------------------------------------
     def _plottable(self):
         trace = self.result.trace if self.result is not None else None
-        if trace is None or "beam" in str(self.result.run.mode) or not len(trace):
+        if trace is None or GenerationMode(self.result.run.mode).is_beam or not len(trace):
             return None
         return trace
 
@@ -396,7 +396,7 @@ class Playground(LiveView):
             message(
                 "no plots for beam search: its tokens have no single distribution each "
                 "(see the Tokens tab)"
-                if self.result is not None and "beam" in str(self.result.run.mode)
+                if self.result is not None and GenerationMode(self.result.run.mode).is_beam
                 else "no result yet"
             )
             if fig is None
