@@ -17,9 +17,10 @@ from ipywidgets.widgets import widget as widget_registry
 import genlab
 from genlab import config as config_module
 from genlab.config import FIELDS, FieldSpec, GenerationConfig, WatermarkingConfig
+from genlab.config.sampler_fields import SAMPLER_FIELDS
 from genlab.models.table import TableLM
 from genlab.widgets.compare import CompareView
-from genlab.widgets.config_panel import GROUP_TITLES, PRESETS, ConfigPanel
+from genlab.widgets.config_panel import GROUP_TITLES, PRESETS, ConfigPanel, field_value
 from genlab.widgets.debugger import StepDebugger
 from genlab.widgets.explorers import BeamExplorer, WatermarkExplorer, generated_colours
 from genlab.widgets.fields import (
@@ -87,10 +88,12 @@ class SlowModel:
 # ----------------------------------------------------------------------------------------
 def test_every_field_has_a_control_in_its_group():
     panel = ConfigPanel()
-    assert set(panel.controls) == set(FIELDS)
-    assert list(panel.groups) == [g for g in config_module.GROUPS if panel.groups.get(g)]
+    assert set(panel.controls) == set(FIELDS) | set(SAMPLER_FIELDS)
+    groups = [g for g in config_module.GROUPS if panel.groups.get(g)]
+    groups.insert(groups.index("logits") + 1, "samplers")  # genlab's extras, after logits
+    assert list(panel.groups) == groups
     for group, names in panel.groups.items():
-        assert all(FIELDS[n].group == group for n in names)
+        assert all((FIELDS[n].group if n in FIELDS else "samplers") == group for n in names)
     assert list(panel.accordion.titles) == [GROUP_TITLES[g] for g in panel.groups]
     page = panel.accordion.pages[list(panel.groups).index("logits")]
     assert panel.controls["top_p"].box in page.children
@@ -153,7 +156,7 @@ def test_every_dropdown_shows_its_value_none_included():
     assert {"low_memory", "watermarking_config", "early_stopping"} <= set(dropdowns)
     for name, box in dropdowns.items():
         assert box.index is not None and box.label, name  # something is selected
-        want = None if name == "watermarking_config" else getattr(panel.config, name)
+        want = None if name == "watermarking_config" else field_value(panel.config, name)
         assert box.choice is want or box.choice == want, name
     assert dropdowns["low_memory"].label == "not set"  # never the word None
     assert dropdowns["watermarking_config"].label == "off"

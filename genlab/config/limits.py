@@ -35,6 +35,8 @@ LENGTH_BOUND_FIELDS = (
     "prefill_chunk_size",
     "assistant_lookbehind",
     "target_lookbehind",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
 )
 #: fields counted in rows (each row holds its own scores and KV cache)
 ROW_FIELDS = ("num_beams", "num_return_sequences")

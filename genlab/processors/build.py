@@ -337,6 +337,24 @@ def order_warpers(chosen: dict[str, Any], order: list[str] | None) -> list[Any]:
     return [chosen[name] for name in ordered]
 
 
+def check_samplers(config: Any, tokenizer: Any = None) -> None:
+    """What building the samplers of ``config`` would refuse, refused now, without a model
+    (the panels check a value with it before they take it): an order that cannot work
+    (:func:`order_warpers`), and, with ``tokenizer``, sequence breakers that tokenize to
+    nothing. A ValueError names the field."""
+    breakers = sampler_setting(config, "dry_sequence_breakers")
+    wanted = "dry_sequence_breakers" in vars(config) or sampler_setting(config, "dry_multiplier")
+    if tokenizer is not None and breakers and wanted:
+        _breaker_table(tokenizer, tuple([breakers] if isinstance(breakers, str) else breakers))
+    if not _field(config, "do_sample"):
+        return
+    chosen = _warpers(config, min_tokens_to_keep=1, device=None)
+    order = sampler_setting(config, "sampler_order")
+    if sampler_setting(config, "dry_multiplier") and order is not None and "dry" in order:
+        chosen["dry"] = None
+    order_warpers(chosen, order)
+
+
 def _dry(config: Any, tokenizer: Any) -> DRYLogitsProcessor | None:
     s = lambda name: sampler_setting(config, name)  # noqa: E731
     if not s("dry_multiplier"):

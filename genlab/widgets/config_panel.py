@@ -1,6 +1,7 @@
 """ConfigPanel: every GenerationConfig field as a control, generated from the field specs.
 
-The panel walks :data:`genlab.config.FIELDS` (never a list written here), puts each field
+The panel walks :data:`genlab.config.FIELDS` and the samplers' fields
+(:data:`genlab.config.sampler_fields.SAMPLER_FIELDS`, never a list written here), puts each field
 into its group (length, strategy, cache, logits manipulation, ...) and gives it the editor
 its kind calls for (see :mod:`genlab.widgets.fields`). A change is validated on a copy of
 the config first: a valid value is written into the config *in place* (a Run holding that
@@ -30,6 +31,7 @@ import ipywidgets as widgets
 
 from ..config import FIELDS, GROUPS, GenerationConfig, WatermarkingConfig
 from ..config.limits import Limits
+from ..config.sampler_fields import SAMPLER_FIELDS
 from .base import FOCUS_CSS, error_text, save_html, with_static_html
 from .fields import FieldControl, make_control
 from .render import TABLE_CSS, WARNINGS_LOCK, message
@@ -40,6 +42,7 @@ GROUP_TITLES = {
     "strategy": "Generation strategy",
     "cache": "Cache",
     "logits": "Logits manipulation",
+    "samplers": "Samplers beyond the reference (DRY, XTC, mirostat ...; off by default)",
     "outputs": "Output variables",
     "special_tokens": "Special tokens",
     "encoder_decoder": "Encoder-decoder only",
@@ -62,12 +65,33 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_RESETS_GROUPS = ("strategy", "logits", "watermark")
 
 
+def panel_fields() -> dict[str, Any]:
+    """Every field the panel edits, by name: the reference's (:data:`FIELDS`, read now, so
+    that a field added later appears), then genlab's samplers'
+    (:data:`~genlab.config.sampler_fields.SAMPLER_FIELDS`, in their own group after
+    "logits")."""
+    return {**FIELDS, **SAMPLER_FIELDS}
+
+
+def field_value(config: Any, name: str) -> Any:
+    """The value the panel shows for ``name``: a sampler field that was never set reads
+    its default (off)."""
+    spec = SAMPLER_FIELDS.get(name)
+    return getattr(config, name, None if spec is None else spec.default)
+
+
 def validate_quietly(
-    config: GenerationConfig, vocab_size: int | None = None, limits: Limits | None = None
+    config: GenerationConfig,
+    vocab_size: int | None = None,
+    limits: Limits | None = None,
+    tokenizer=None,
 ):
     """Validate ``config`` (and, with ``limits``, the upper bounds the model and the
-    machine set: checked before anything is allocated); return (mode, warning texts).
-    Raises ValueError if invalid."""
+    machine set: checked before anything is allocated; the samplers' order, and with
+    ``tokenizer`` DRY's sequence breakers, as a run would build them); return (mode,
+    warning texts). Raises ValueError if invalid."""
+    from ..processors.build import check_samplers
+
     with WARNINGS_LOCK, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config.validate()
@@ -75,6 +99,7 @@ def validate_quietly(
             config.check_token_ids(vocab_size)
         if limits is not None:
             limits.check(config)
+        check_samplers(config, tokenizer)
         mode = config.get_generation_mode()
     return getattr(mode, "value", str(mode)), [str(w.message) for w in caught]
 
@@ -171,7 +196,11 @@ class Controls(Mapping):
 
 def group_fields(groups=GROUPS) -> dict[str, list[str]]:
     """Field names by group, groups in the reference's order (unknown groups last)."""
-    out: dict[str, list[str]] = {g: [] for g in groups}
+    out: dict[str, list[str]] = {}
+    for g in groups:
+        out[g] = []
+        if g == "logits":
+            out["samplers"] = list(SAMPLER_FIELDS)
     for name, spec in FIELDS.items():
         out.setdefault(spec.group, []).append(name)
     return {g: names for g, names in out.items() if names}
@@ -329,12 +358,15 @@ class ConfigPanel(widgets.VBox):
 
     def replace(self, new: GenerationConfig) -> None:
         """Copy every field of ``new`` into the edited config (after validating it)."""
-        mode, notes = validate_quietly(new, self.vocab_size, self.limits)
+        mode, notes = validate_quietly(new, self.vocab_size, self.limits, self.tokenizer)
         for key, value in vars(new).items():
             setattr(self.config, key, copy.deepcopy(value))
+        for key in SAMPLER_FIELDS:  # a sampler field ``new`` does not set is off there
+            if key not in vars(new) and key in vars(self.config):
+                delattr(self.config, key)
         self.errors.clear()
         self.refresh()
-        self._accepted(list(FIELDS), notes)
+        self._accepted(list(panel_fields()), notes)
 
     def load(self, path: str | Path | None = None) -> None:
         """Load a generation_config.json file (or a folder holding one).
@@ -375,7 +407,7 @@ class ConfigPanel(widgets.VBox):
 
         def show_all():
             for name, control in self.controls.built.items():
-                control.show(getattr(self.config, name, None))
+                control.show(field_value(self.config, name))
                 control.set_status()
 
         self._sync(show_all)
@@ -387,7 +419,7 @@ class ConfigPanel(widgets.VBox):
         for name in self.controls:
             control = self.controls.built.get(name)
             if control is None:
-                out[name] = copy.deepcopy(getattr(self.config, name, None))
+                out[name] = copy.deepcopy(field_value(self.config, name))
                 continue
             try:
                 out[name] = control.read()
@@ -403,10 +435,10 @@ class ConfigPanel(widgets.VBox):
         the defaults (what a notebook shows without a kernel)."""
         default = GenerationConfig()
         rows = "".join(
-            f"<tr><td>{html.escape(name)}</td><td>{html.escape(repr(getattr(self.config, name)))}"
-            "</td></tr>"
-            for name in FIELDS
-            if getattr(self.config, name, None) != getattr(default, name, None)
+            f"<tr><td>{html.escape(name)}</td>"
+            f"<td>{html.escape(repr(field_value(self.config, name)))}</td></tr>"
+            for name in panel_fields()
+            if field_value(self.config, name) != field_value(default, name)
         )
         errors = "".join(message(f"{k}: {v}", "error") for k, v in self.errors.items())
         return (
@@ -433,7 +465,9 @@ class ConfigPanel(widgets.VBox):
             return
         boxes = []
         for name in names:
-            control = make_control(FIELDS[name], getattr(self.config, name, None), self.tokenizer)
+            control = make_control(
+                panel_fields()[name], field_value(self.config, name), self.tokenizer
+            )
             self.controls.built[name] = control
             for w in control.watched():
                 w.observe(self._changed_handler(name), names="value")
@@ -468,7 +502,7 @@ class ConfigPanel(widgets.VBox):
         for key, value in changes.items():
             setattr(trial, key, copy.deepcopy(value))
         try:
-            _, notes = validate_quietly(trial, self.vocab_size, self.limits)
+            _, notes = validate_quietly(trial, self.vocab_size, self.limits, self.tokenizer)
         except Exception as err:  # ValueError, or TypeError of a value of the wrong type
             for key in changes:
                 self._reject(key, _reason(key, changes[key], err))

@@ -64,6 +64,18 @@ SOFT_MAX: dict[str, float] = {
     "target_lookbehind": 64,
     "penalty_alpha": 2.0,
     "context_width": 8,
+    # the samplers beyond the reference (genlab.config.sampler_fields)
+    "dry_multiplier": 3.0,
+    "dry_base": 4.0,
+    "dry_allowed_length": 10,
+    "dry_penalty_last_n": 1024,
+    "mirostat_tau": 10.0,
+    "dynatemp_low": 3.0,
+    "dynatemp_high": 3.0,
+    "dynatemp_exponent": 4.0,
+    "smoothing_factor": 5.0,
+    "smoothing_curve": 4.0,
+    "top_n_sigma": 5.0,
 }
 
 #: values shown for SynthID fields that have no default (the reference's docs example)
