@@ -3,12 +3,17 @@
 nbviewer and the docs show), in Voila and in JupyterLab, each in headless Debian Chromium
 (playwright).
 
-usage: python details_check.py ARTIFACTS_DIR [NOTEBOOK]   (default notebooks/01_quickstart.ipynb)
+usage: python details_check.py ARTIFACTS_DIR [NOTEBOOK] [--broken]
+       (default notebooks/01_quickstart.ipynb)
 
 For each of the three views: every answer is a closed ``<details>`` whose summary reads
 "Answer", its body takes no space on the page until the summary is clicked, and after the
 click the body shows. Exit status 0 only when all three views pass. Screenshots:
 ARTIFACTS_DIR/details_<view>.png (the first answer opened).
+
+--broken is the check's self-check: it checks a copy of the lesson whose answers are
+``<details open>`` (written under build/details-broken/, which JupyterLab and Voila can
+serve), and exits 0 only when each of the three views *fails* on it.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "artifacts" / "browser"
-NOTEBOOK = sys.argv[2] if len(sys.argv) > 2 else "notebooks/01_quickstart.ipynb"
+BROKEN = "--broken" in sys.argv[1:]
+ARGS = [a for a in sys.argv[1:] if a != "--broken"]
+ARTIFACTS = Path(ARGS[0]) if ARGS else ROOT / "artifacts" / "browser"
+NOTEBOOK = ARGS[1] if len(ARGS) > 1 else "notebooks/01_quickstart.ipynb"
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -44,7 +51,24 @@ STATE = """d => {
 
 def expected_answers() -> int:
     cells = json.loads((ROOT / NOTEBOOK).read_text(encoding="utf-8"))["cells"]
-    return sum("<details>" in "".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return sum("<details" in "".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def broken_copy(notebook: str) -> str:
+    """A copy of ``notebook`` whose answers are open: the views must fail on it."""
+    nb = json.loads((ROOT / notebook).read_text(encoding="utf-8"))
+    opened = 0
+    for cell in nb["cells"]:
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and "<details>" in src:
+            cell["source"] = src.replace("<details>", "<details open>")
+            opened += 1
+    if not opened:
+        raise SystemExit(f"{notebook} has no <details> answer to open")
+    out = ROOT / "build" / "details-broken" / Path(notebook).name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+    return str(out.relative_to(ROOT))
 
 
 def check(page, view: str, root: str) -> dict:
@@ -94,6 +118,9 @@ def serve(cmd: list[str], port: int, log: Path, env: dict) -> subprocess.Popen:
 
 
 def main() -> int:
+    global NOTEBOOK
+    if BROKEN:
+        NOTEBOOK = broken_copy(NOTEBOOK)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     results = []
     env = dict(os.environ, HF_HUB_OFFLINE="1")
@@ -142,6 +169,11 @@ def main() -> int:
             proc.terminate()
             proc.wait(timeout=30)
     print(json.dumps(results, indent=1))
+    if BROKEN:
+        failed = len(results) == 3 and not any(r["ok"] for r in results)
+        print("self-check ok: every view fails on open answers" if failed
+              else "SELF-CHECK FAILED: a view passed with its answers open")  # fmt: skip
+        return 0 if failed else 1
     return 0 if len(results) == 3 and all(r["ok"] for r in results) else 1
 
 

@@ -125,6 +125,9 @@ fi
 # 9. The lessons' answers fold (<details>) in nbconvert's HTML, in Voila and in JupyterLab
 if [ "$MODE" = "normal" ] && [ $RC -eq 0 ]; then
   "$VENV/bin/python" "$ROOT/tests/browser/details_check.py" "$ARTIFACTS" || RC=$?
+elif [ "$MODE" = "--broken" ]; then
+  # answers left open (<details open>): every view must fail
+  "$VENV/bin/python" "$ROOT/tests/browser/details_check.py" "$ARTIFACTS/broken" --broken || RC=1
 fi
 echo "browser test: $(( $(date +%s) - START )) s in all (rc $RC)"
 if [ "$MODE" = "--broken" ]; then
