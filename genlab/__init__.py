@@ -16,7 +16,7 @@ Step(0, tokens=[','], logprobs=[-0.075], finished=False)
 What to import:
 
 * ``genlab.load``, ``genlab.LM``: a model and its tokenizer, driven by text
-  (``lm.generate``, ``lm.start``, ``lm.score``, ``lm.result(run).text``);
+  (``lm.generate``, ``lm.start``, ``lm.score``, ``run.result().text``);
 * ``genlab.generate``, ``genlab.Run``: transformers' ``generate()`` on ids, and its step loop;
 * ``genlab.GenerationConfig``: every setting, with the reference's defaults;
 * ``genlab.plots`` (matplotlib figures), ``genlab.widgets`` (Jupyter panels);

@@ -9,7 +9,7 @@
 
 With a static cache, greedy and sampling runs compile their one-token decoding steps
 (:func:`compiled_forward`) under the reference's conditions: ``disable_compile`` is False and
-the model is on a CUDA device, or ``compile_config._compile_all_devices`` is True. The
+the model is on a CUDA device, or ``compile_config.all_devices`` is True. The
 prompt is processed eagerly; every later step has the same shapes (one token per row,
 attention over the whole preallocated cache with a mask), so it compiles once.
 
@@ -98,7 +98,7 @@ def compiled_forward(model, config, cache, mode: str):
 
     The reference's conditions: a greedy or sampling run, ``disable_compile`` False, a cache
     that is compileable (static), and a CUDA device unless
-    ``compile_config._compile_all_devices`` is True. A ``compile_config`` given when these
+    ``compile_config.all_devices`` is True. A ``compile_config`` given when these
     do not hold is skipped with a warning that says why. The model brings the compiled
     callable (``model.compiled_forward(compile_config)``, cached on the model so that later
     runs reuse it); it has ``forward``'s signature.
@@ -108,12 +108,12 @@ def compiled_forward(model, config, cache, mode: str):
     compile_config = config.compile_config
     device = getattr(model, "device", None)
     on_cuda = isinstance(device, torch.device) and device.type == "cuda"
-    all_devices = bool(compile_config is not None and compile_config._compile_all_devices)
+    all_devices = bool(compile_config is not None and compile_config.all_devices)
     reasons = []
     if not (on_cuda or all_devices):
         reasons.append(
             f"the model is on {device or 'cpu'}, and compiling happens on CUDA only unless "
-            "compile_config._compile_all_devices = True"
+            "compile_config.all_devices = True"
         )
     if not getattr(cache, "is_compileable", False):
         reasons.append("the cache is not static: set cache_implementation='static'")

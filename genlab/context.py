@@ -252,6 +252,7 @@ class StepContext:
         """A nested run on ``model`` (same arguments as :func:`genlab.start`), going on in
         ``cache`` when one is given (a draft model's cache kept between drafts). It draws
         from this run's random source, in the order the reference draws."""
+        kwargs.setdefault("keep_history", False)  # a nested run only goes forward
         run = type(self._run)(model, random=self._run.random, **kwargs)
         if cache is not None:
             run.state.cache = cache

@@ -32,11 +32,11 @@ import warnings
 import torch
 
 from . import threads
-from .branches import Branching
+from .branches import fork_parts
 from .caches import compiled_forward
 from .config import prepare_config
 from .context import StepContext
-from .history import RunHistory
+from .history import Timeline, needs_replay
 from .hooks import HookRegistry
 from .ids import check_ids
 from .inputs import forced_ids, prepare_inputs, warn_ignored_arguments
@@ -45,16 +45,18 @@ from .plan import (
     carry_processor_state,
     check_row_layout,
     config_values,
+    effective_config,
     make_plan,
     switch_strategy,
 )
 from .processors.samplers import drawing_from
 from .randomness import RunRandom
 from .records import Step, build_output, step_record
+from .result import GenerationResult
 from .state import RunState, Undo, initial_state
 from .strategies import Selection, strategy_for
 
-__all__ = ["Run", "Step", "as_model", "generate", "prepare_config", "start"]
+__all__ = ["Run", "RunViews", "Step", "as_model", "generate", "prepare_config", "start"]
 
 
 class _AtLimit(Exception):
@@ -100,7 +102,40 @@ def _view(path: str, doc: str) -> property:
     return property(get)
 
 
-class Run(Branching):
+class RunViews:
+    """Read-only views of a run's parts, in one place (``run.views``): what it was given
+    (``run.given``: model, info, tokenizer, device, input_ids, batch_size, streamer,
+    warnings) and what is in force now (``run.state``: attention_mask, cache, strategy,
+    and the plan's gen_config, pad_token_id, eos_token_ids, processors,
+    stopping_criteria)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    model = _view("run.given.model", "The genlab-protocol model.")
+    info = _view("run.given.info", "The model's ModelInfo.")
+    tokenizer = _view("run.given.tokenizer", "The tokenizer (or None).")
+    device = _view("run.given.device", "Where the run's tensors live.")
+    input_ids = _view("run.given.input_ids", "(batch, length) the prompt.")
+    batch_size = _view("run.given.batch_size", "Number of prompts.")
+    streamer = _view("run.given.streamer", "The streamer (or None).")
+    warnings = _view("run.given.warnings", "Warnings raised at the start.")
+    pad_token_id = _view("run.state.plan.pad_token_id", "Padding id in use (the config in force).")
+    eos_token_ids = _view("run.state.plan.eos_token_ids", "EOS ids, a list (the config in force).")
+    attention_mask = _view("run.state.attention_mask", "(rows, length).")
+    cache = _view("run.state.cache", "The KV cache.")
+    strategy = _view("run.state.strategy", "The decoding strategy.")
+    gen_config = _view("run.state.plan.config", "The effective config (lengths resolved).")
+    processors = _view("run.state.plan.processors", "The logits processors in force.")
+    stopping_criteria = _view("run.state.plan.stopping_criteria", "The stopping criteria.")
+
+    def __repr__(self) -> str:
+        return f"RunViews({self.run!r})"
+
+
+class Run:
     """A generation in progress: step it, force tokens, rewind, fork, edit its config.
 
     Create it with :func:`start` or ``lm.start(...)`` (same arguments as :func:`generate`,
@@ -120,9 +155,10 @@ class Run(Branching):
     use_model_defaults: whether the model's generation defaults fill unset fields;
     tokenizer: for stop strings, healing and readable records; trace: record every stage
     (``True`` or Tracer options such as ``{"depth": 20}``); seed: the run's own random
-    stream; keep_history: keep a :class:`~genlab.history.RunHistory` so that
-    :meth:`rewind` works; forward_cache: a :class:`~genlab.forward_cache.ForwardCache` whose
-    kept forward passes the run may reuse and add to (its results stay bit-identical);
+    stream; keep_history: keep a :class:`~genlab.history.Timeline` (:attr:`timeline`) so
+    that :meth:`rewind` works (True by default, as in ``lm.start``); forward_cache: a
+    :class:`~genlab.forward_cache.ForwardCache` whose kept forward passes the run may
+    reuse and add to (its results stay bit-identical);
     random: a :class:`~genlab.randomness.RunRandom` to draw from (nested runs share their
     parent's).
 
@@ -160,7 +196,7 @@ class Run(Branching):
         tokenizer=None,
         trace: bool | dict = False,
         seed: int | None = None,
-        keep_history: bool = False,
+        keep_history: bool = True,
         forward_cache=None,
         random: RunRandom | None = None,
         **kwargs,
@@ -168,15 +204,16 @@ class Run(Branching):
         self.registry = HookRegistry()
         self._tracer = None
         self._tracer_off: list = []
-        self.interrupted = False
         #: the Step record of every step taken (what :meth:`rewind` keeps in step)
         self.history: list[Step] = []
-        self._history: RunHistory | None = None
+        #: what :meth:`rewind` needs (``keep_history=True``), or None
+        self.timeline: Timeline | None = None
         self._output = None
         self._returned_nodes = None  # beam search's winners, named when the output is built
         self._ctx = StepContext(self)
         self._lock = threading.Lock()  # one caller at a time (see _exclusive)
         self._owner: int | None = None  # the thread holding the lock
+        self._stepping = False  # inside a step (its hooks, processors, criteria, streamer)
         self._stop_requested = False
         self._finished_by: str | None = None
 
@@ -212,7 +249,7 @@ class Run(Branching):
         self.given.warnings = caught
         self.registry.bind(self.given.model)  # hook points inside its layers, if it has them
         if self.given.keep_history:
-            self._history = RunHistory(self, replays=self._replays())
+            self.timeline = Timeline(self, replays=needs_replay(self))
         if trace:
             from .trace import Tracer
 
@@ -269,6 +306,9 @@ class Run(Branching):
         step (a hook, processor, criterion or streamer) is refused by name, except
         ``committed_ok`` operations from the hooks that run after the commit."""
         me = threading.get_ident()
+        if self._owner == me and not self._stepping:  # inside an operation of this thread
+            yield  # that is not a step (a rewind replaying steps): it holds the run already
+            return
         if self._owner == me:
             point = self.registry.firing
             if committed_ok and point in ("step_end", "finish"):
@@ -336,10 +376,81 @@ class Run(Branching):
                 raise
             st = self.state
             if not st.finished and st.sequences.shape[1] >= int(st.plan.config.max_length):
-                self._finished_by = "length"  # the new limit is exactly what the run holds
-                self._finish(st)
+                self._finish(st, "length")  # the new limit is exactly what the run holds
             self._resume_if_longer()
         return self
+
+    # -- rewind, fork, going on after a raised length limit ------------------------------------
+    def rewind(self, n: int = 1) -> Run:
+        """Undo the last ``n`` steps, restoring the exact earlier state: tokens, cache,
+        random state, the config in force at that step and the forced queue. ``rewind(0)``
+        does nothing. Needs the run's :attr:`timeline` (``keep_history=True``, the default)."""
+        with self._exclusive("rewind"):
+            self._rewind(n)
+        return self
+
+    def _rewind(self, n: int) -> None:
+        if self.timeline is None:
+            raise ValueError(
+                "this run keeps no history: start it with keep_history=True (the default) to rewind"
+            )
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.state.step_index:
+            raise ValueError(f"can rewind 0..{self.state.step_index} steps, not {n!r}")
+        if n == 0:
+            return
+        self.timeline.rewind(self, self.state.step_index - n)
+        self.state.finished = False
+        self._finished_by = None
+        self._output = None
+
+    def fork(self) -> Run:
+        """An independent copy: stepping, forcing, rewinding or editing one never changes
+        the other. It shares only the model and tokenizer; everything else (cache, config,
+        strategy, plan and processors, forced queue, random state, history, hooks, trace)
+        is its own (:func:`genlab.branches.fork_parts`)."""
+        with self._exclusive("fork", committed_ok=True):
+            parts = fork_parts(self)
+            other = copy.copy(self)
+            other.given = copy.copy(self.given)
+            other.given.streamer = None
+            other._lock, other._owner = threading.Lock(), None
+            other._stop_requested = other._stepping = False
+            other.state, other.config, other.random = parts.state, parts.config, parts.random
+            other.registry, other.history, other.timeline = (
+                parts.registry,
+                parts.history,
+                parts.timeline,
+            )
+            other._ctx = StepContext(other)
+            other._tracer, other._tracer_off = None, []
+            if self._tracer is not None:
+                other.attach_tracer(self._tracer.fork(other))
+            return other
+
+    def _resume_if_longer(self) -> None:
+        """A run that ended by length goes on when its limit was raised: its last step is
+        computed again under the new config (so rows that ended by EOS stay ended)."""
+        if not self._can_go_on():
+            return
+        config = copy.deepcopy(self.config)
+        self._rewind(1)
+        self.config = config
+        self._step(want_record=True)
+
+    def _can_go_on(self) -> bool:
+        """Whether the run ended by length under a limit that is now higher (it then goes
+        on); a ValueError when it would but cannot (it keeps no history)."""
+        st = self.state
+        if not (st.finished and self._finished_by == "length" and st.step_index):
+            return False
+        if int(effective_config(self.config, self.given).max_length) <= st.sequences.shape[1]:
+            return False
+        if self.timeline is None:
+            raise ValueError(
+                "this run ended by length and keeps no history, so it cannot go on: start it "
+                "with keep_history=True (the default), or start a new run"
+            )
+        return True
 
     def _check_length(self, plan) -> None:
         """Refuse a length limit below the tokens already generated (before any change)."""
@@ -405,17 +516,22 @@ class Run(Branching):
             dropped, self.state.forced = tuple(self.state.forced), []
         return dropped
 
-    def step(self) -> Step | None:
-        """Advance one token; returns the Step record (None when already finished)."""
+    def step(self, *, record: bool = True) -> Step | None:
+        """Advance one token; returns the Step record (None when already finished).
+
+        ``record=False`` makes no Step record (returns None, adds nothing to
+        :attr:`history`): the :class:`~genlab.history.Timeline` replays steps so, with the
+        run's loop hooks set aside."""
         with self._exclusive("step"):
             self._resume_if_longer()
             if self.state.finished:
                 return None
-            return self._step(want_record=True)
+            return self._step(want_record=record)
 
     def run(self, max_steps: int | None = None, keep_on_interrupt: bool = True, progress=False):
         """Step until a stopping criterion ends the generation (or ``max_steps`` steps);
-        returns the output. On KeyboardInterrupt the step in progress is undone and every
+        returns the output (:attr:`output`: the final one, or the tokens so far when
+        ``max_steps`` came first). On KeyboardInterrupt the step in progress is undone and every
         step before it kept: by default the run ends as interrupted and its output is
         returned; with ``keep_on_interrupt=False`` the interrupt propagates (as
         ``genlab.generate`` and the reference do). :meth:`stop` from another thread ends it
@@ -449,14 +565,12 @@ class Run(Branching):
             self._stop_requested = False
             if bar is not None:
                 bar.close()
-        if self.state.finished:
-            return self.output_unlocked()
-        return None
+        return self._output_now()
 
     def _progress_bar(self):
         from tqdm.auto import tqdm
 
-        total = int(self.gen_config.max_length) - self.state.sequences.shape[1]
+        total = int(self.state.plan.config.max_length) - self.state.sequences.shape[1]
         return tqdm(total=max(total, 0), unit="tok", desc=f"genlab {self.mode}")
 
     def stop(self) -> Run:
@@ -473,19 +587,36 @@ class Run(Branching):
         return self
 
     def _end_interrupted(self) -> None:
-        self.interrupted = True
-        self._finished_by = "interrupted"
-        self._finish(self.state)
-        self._output = None
+        self._finish(self.state, "interrupted")
 
     @property
     def output(self):
-        """The reference-shaped output (LongTensor or output object) once finished."""
+        """The reference-shaped output (LongTensor or output object): the final one once
+        the run finished (the ``finish`` hooks fired on it when it finished), the tokens so
+        far before. Reading it changes nothing."""
         with self._exclusive("output", committed_ok=True):
-            return self.output_unlocked()
+            return self._output_now()
 
-    def output_unlocked(self):
-        """:attr:`output` for callers that already hold the run (its own loop)."""
+    def result(self):
+        """The run as a :class:`~genlab.records.GenerationResult`: its :attr:`output` (so
+        far, or final) with the texts and tokens of every row and the trace."""
+        with self._exclusive("result", committed_ok=True):
+            out = self._output_now()
+        seqs = out if isinstance(out, torch.Tensor) else out.sequences
+        n, tok = self.given.prompt_length, self.given.tokenizer
+        texts, tokens = [], []
+        for row in seqs[:, n:].tolist():
+            if tok is None:
+                texts.append(" ".join(map(str, row)))
+                tokens.append([str(t) for t in row])
+                continue
+            texts.append(tok.decode(row, skip_special_tokens=True))
+            tokens.append([tok.decode([t]) for t in row])
+        trace = self._tracer.trace if self._tracer is not None else None
+        return GenerationResult(out, seqs, n, texts, tokens, self, trace)
+
+    def _output_now(self):
+        """:attr:`output`, for callers that hold the run already."""
         if self._output is None:
             self._output = self._build_output()
         return self._output
@@ -496,8 +627,7 @@ class Run(Branching):
         (what ``finalize`` chose; [] while the run goes on, or for other strategies)."""
         if not self.state.finished:
             return []
-        self.output  # noqa: B018 - the output names the winners
-        nodes = self._returned_nodes
+        nodes = self._returned_nodes  # named when the final output was built
         return [] if nodes is None else [int(v) for v in torch.as_tensor(nodes).reshape(-1)]
 
     @property
@@ -525,30 +655,27 @@ class Run(Branching):
             return tuple(self.state.recorded["scores"])
         return None
 
-    # -- read-only views of the parts -----------------------------------------------------------
-    model = _view("given.model", "The genlab-protocol model.")
-    info = _view("given.info", "The model's ModelInfo.")
-    tokenizer = _view("given.tokenizer", "The tokenizer (or None).")
-    device = _view("given.device", "Where the run's tensors live.")
-    input_ids = _view("given.input_ids", "(batch, length) the prompt.")
-    prompt_length = _view("given.prompt_length", "Prompt tokens.")
-    batch_size = _view("given.batch_size", "Number of prompts.")
-    streamer = _view("given.streamer", "The streamer (or None).")
-    warnings = _view("given.warnings", "Warnings raised at the start.")
-    pad_token_id = _view("state.plan.pad_token_id", "Padding id in use (the config in force).")
-    eos_token_ids = _view("state.plan.eos_token_ids", "EOS ids, a list (the config in force).")
-    sequences = _view("state.sequences", "(rows, length) all tokens.")
-    attention_mask = _view("state.attention_mask", "(rows, length).")
-    cache = _view("state.cache", "The KV cache.")
+    # -- what a user reads most; the rest: run.views -------------------------------------------
+    sequences = _view("state.sequences", "(rows, length) all tokens, the prompt included.")
     step_index = _view("state.step_index", "Steps taken so far.")
-    strategy = _view("state.strategy", "The decoding strategy.")
-    gen_config = _view("state.plan.config", "The effective config.")
+    prompt_length = _view("given.prompt_length", "Prompt tokens (the width of the prompt).")
     mode = _view("state.plan.mode", "The generation mode's name.")
-    processors = _view("state.plan.processors", "The processors.")
-    stopping_criteria = _view("state.plan.stopping_criteria", "The stopping criteria.")
+
+    @property
+    def views(self) -> RunViews:
+        """Read-only views of the run's parts (:class:`RunViews`): ``run.views.cache``,
+        ``run.views.gen_config``, ``run.views.tokenizer`` ..."""
+        return RunViews(self)
 
     # -- the step --------------------------------------------------------------------------------
     def _step(self, want_record: bool) -> Step | None:
+        self._stepping = True
+        try:
+            return self._step_in_mode(want_record)
+        finally:
+            self._stepping = False
+
+    def _step_in_mode(self, want_record: bool) -> Step | None:
         threads.adapt()  # OpenMP's waiting threads on a busy machine (genlab/threads.py)
         # A run started under torch.inference_mode() holds inference tensors (its cache is
         # written in place every step); it goes on in that mode wherever it is stepped.
@@ -559,14 +686,14 @@ class Run(Branching):
             with torch.no_grad():
                 return self._transaction(want_record)
         except _AtLimit:  # the config was edited down to exactly the tokens held
-            self._finished_by = "length"
-            self._finish(self.state)
+            self._finish(self.state, "length")
             return None
 
     def _transaction(self, want_record: bool) -> Step | None:
         undo = Undo.take(self.state, self.random)
         values = config_values(self.config)
-        entry = self._history.begin(self, values) if self._history is not None else None
+        timeline = self.timeline
+        entry = timeline.begin(self, values) if timeline is not None else None
         try:
             # the step writes a new state object (its recorded lists are shared: the undo
             # truncates them back) ...
@@ -579,16 +706,17 @@ class Run(Branching):
         # ---- committed ----
         self._output = None
         if entry is not None:
-            self._history.commit(entry, took, self.random)
-            if record is not None:
+            timeline.commit(entry, took, self.random)
+            if record is not None and want_record:
                 self.history.append(record)
         if state.streaming:  # after the commit: a streamer never shows an undone token
             self.given.streamer.put(new)
         if done:
-            self._finished_by = self._why_done(state)
-            self._finish(state)
+            self._finish(state, self._why_done(state), output=False)
         if record is not None and self.registry.has("step_end"):
             self.registry.fire("step_end", record, record.index)
+        if done:  # the final output, after the last step's step_end hooks
+            self._output = self._build_output()
         if self._stop_requested and not state.finished:  # stop() during this step
             self._stop_requested = False
             self._end_interrupted()
@@ -672,9 +800,14 @@ class Run(Branching):
             state.cache.reorder(sel.parents)
         return record, took, streamed, done
 
-    def _finish(self, state: RunState) -> None:
+    def _finish(self, state: RunState, by: str, output: bool = True) -> None:
+        """The run ended (``by``: see :attr:`finished_by`); its final output is built now
+        and the ``finish`` hooks see it (``output=False``: the caller builds it later)."""
+        self._finished_by = by
         state.finished = True
         self._end_stream(state)
+        if output:
+            self._output = self._build_output()
 
     def _end_stream(self, state: RunState) -> None:
         if state.streaming:
@@ -684,7 +817,7 @@ class Run(Branching):
     def _build_output(self):
         state = self.state
         out, self._returned_nodes = build_output(state, self._ctx, self.given.encdec)
-        if self.registry:
+        if self.registry and state.finished:  # fired once, when the run finishes
             out = self.registry.fire("finish", out, state.step_index)
         return out
 
@@ -708,18 +841,21 @@ def _call_custom_generate(fn, model, run: Run):
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) == 1 and not any(p.kind == p.VAR_KEYWORD for p in params):
         return fn(run)
-    kwargs = {"attention_mask": run.attention_mask, "use_cache": run.gen_config.use_cache}
-    inner = getattr(run.cache, "inner", None)
+    kwargs = {
+        "attention_mask": run.views.attention_mask,
+        "use_cache": run.views.gen_config.use_cache,
+    }
+    inner = getattr(run.views.cache, "inner", None)
     if inner is not None:
         kwargs["past_key_values"] = inner
     return fn(
         model,
         run.sequences,
-        logits_processor=run.processors,
-        stopping_criteria=run.stopping_criteria,
-        generation_config=run.gen_config,
+        logits_processor=run.views.processors,
+        stopping_criteria=run.views.stopping_criteria,
+        generation_config=run.views.gen_config,
         synced_gpus=False,
-        streamer=run.streamer,
+        streamer=run.views.streamer,
         **kwargs,
     )
 
@@ -739,8 +875,9 @@ def start(model, inputs=None, **kwargs) -> Run:
     arguments are those of :func:`generate`, plus ``trace``, ``seed``, ``keep_history``).
 
     >>> ids, mask = lm.encode("Once upon a time")          # lm: genlab.load("demo")
-    >>> genlab.start(lm.model, ids, attention_mask=mask, do_sample=True, seed=0, keep_history=True)
-    Run(sample, step=0, rows=1, running)
+    >>> run = genlab.start(lm.model, ids, attention_mask=mask, do_sample=True, seed=0)
+    >>> run.step().index, run.rewind(1).step_index  # keep_history=True, as in lm.start
+    (0, 0)
     """
     return Run(model, input_ids=_prompt(inputs, kwargs), **kwargs)
 
@@ -788,6 +925,7 @@ def generate(
                 "custom_generate must be a callable here (no Hub downloads): "
                 "custom_generate(model, input_ids, generation_config, ...)"
             )
+    kwargs.setdefault("keep_history", False)  # a generation only runs forward
     run = Run(
         model,
         input_ids=_prompt(inputs, kwargs),

@@ -14,24 +14,32 @@ generated token). A :class:`~genlab.engine.Step` record's ``index``, a trace rec
 
 **config** / **config in force** -- ``run.config`` is the user's editable
 GenerationConfig (edits apply at the next step; ``run.set(...)`` checks them at once).
-``run.gen_config`` is the config in force: the same values with the lengths resolved for
+``run.views.gen_config`` is the config in force: the same values with the lengths resolved for
 the prompt, what the processors, criteria and strategy were built from (``ctx.config``
 inside a step). Rewinding restores the config that was in force at the step rewound to.
 
-**EOS ids** -- the end-of-sequence ids as a list of ints, ``run.eos_token_ids``;
+**EOS ids** -- the end-of-sequence ids as a list of ints, ``run.views.eos_token_ids``;
 :func:`genlab.ids.eos_token_ids` turns any form (an int, a list, a tensor, a config) into
 it.
 
 **history** -- two things with distinct names: ``run.history`` is the list of
-:class:`~genlab.engine.Step` records, one per step (what happened); the run's
-:class:`~genlab.history.RunHistory` (``keep_history=True``, on by default in
-``lm.start``) holds what :meth:`~genlab.engine.Run.rewind` needs, in linear memory. A
-widget's ``history()`` is a table of the Step records.
+:class:`~genlab.engine.Step` records, one per step (what happened); ``run.timeline``,
+the run's :class:`~genlab.history.Timeline` (``keep_history=True``, the default of every
+``start``; ``generate`` keeps none), holds what :meth:`~genlab.engine.Run.rewind` needs,
+in linear memory. A widget's ``history()`` is a table of the Step records.
+
+**run.views** -- the run's parts read-only, in one place (``run.views.cache``,
+``run.views.gen_config``, ``run.views.tokenizer`` ...); ``run.sequences``,
+``run.step_index``, ``run.prompt_length`` and ``run.mode`` stay on the run itself.
 
 **fork** -- an independent copy of a run: it shares only the model and tokenizer.
 
 **stop** -- ``run.stop()`` ends a run. Inside a step, ``ctx.criteria_met(sequences)`` asks
 the stopping criteria which rows they would end; it ends nothing itself.
+
+**force / take** -- ``run.force(token)`` queues a token for the next step(s);
+``StepDebugger.take(token)`` replaces the current step with it (a rewind, a force and a
+step).
 
 **select** -- a strategy's ``select(ctx, scores)`` returns the step's
 :class:`~genlab.strategies.Selection` (tokens, parents); greedy search, sampling and DoLa
@@ -93,5 +101,6 @@ the best ``depth`` tokens of every stage (``trace={"depth": 20}``; the panels'
 with enums for candidate fates and draft sources.
 
 **finished by** -- why a run ended, ``run.finished_by``: ``"length"`` (raising
-``max_new_tokens`` resumes it), ``"eos"``, ``"criteria"`` or ``"interrupted"``.
+``max_new_tokens`` resumes it), ``"eos"``, ``"criteria"`` or ``"interrupted"``
+(:meth:`~genlab.engine.Run.stop`, Ctrl-C); the one field that says how a run ended.
 """

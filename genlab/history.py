@@ -1,15 +1,16 @@
-"""A run's history: what :meth:`~genlab.engine.Run.rewind` needs, owned by one Run.
+"""A run's timeline: what :meth:`~genlab.engine.Run.rewind` needs, owned by one Run.
 
-:class:`RunHistory` has three verbs:
+:class:`Timeline` keeps an :class:`Entry` per step and has three verbs:
 
-* :meth:`RunHistory.begin` / :meth:`RunHistory.commit` -- before each step, a small
-  :class:`Entry`: lengths (the tokens, the cache, the recorded outputs), the strategy's
-  state, the config in force, the forced queue and where the random generator stood; kept
-  once the step commits;
-* :meth:`RunHistory.restore` -- put the run back to the state before step ``target``;
-* :meth:`RunHistory.replay` -- rebuild that state by running the steps again from the
-  start, for runs whose state cannot be cut back (beam search reorders its cache in place;
-  classifier-free guidance and SynthID keep state in their processors).
+* :meth:`Timeline.begin` / :meth:`Timeline.commit` -- before each step, a small entry:
+  lengths (the tokens, the cache, the recorded outputs), the strategy's state, the config
+  in force, the forced queue and where the random generator stood; kept once the step
+  commits;
+* :meth:`Timeline.rewind` -- put the run back to the state before step ``target``, by
+  restoring it or, for runs whose state cannot be cut back (beam search reorders its cache
+  in place; classifier-free guidance and SynthID keep state in their processors), by
+  replaying the steps from the start through the run's public ``step(record=False)``;
+* :meth:`Timeline.copy` -- the timeline of a fork.
 
 It grows linearly with the length: tokens and masks only grow, so an entry keeps their
 length, not a copy; the config is copied only when it changed; the strategy's state is
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from .branches import shared_objects
 from .caches import make_cache
 from .hooks import HookRegistry
 from .plan import Plan, config_values, make_plan
@@ -51,7 +53,14 @@ class Entry:
     inside: dict | None = None  # the hooks inside the model in force (a replay keeps them)
 
 
-class RunHistory:
+def needs_replay(run) -> bool:
+    """Whether rewinding ``run`` must replay: beam rows reorder the cache in place, and some
+    processors keep state of their own."""
+    stateful = any(type(p).__name__ in STATEFUL_PROCESSORS for p in run.state.plan.processors)
+    return run.state.strategy.reorders_rows or stateful
+
+
+class Timeline:
     """The entries of one run (see the module docstring)."""
 
     __slots__ = ("entries", "initial", "replays")
@@ -65,7 +74,7 @@ class RunHistory:
         self.replays = replays
         first = self._entry(run, None)
         # the strategy object goes on changing; a replay starts from a copy made now
-        first = replace(first, strategy=copy.deepcopy(first.strategy, run.shared_objects()))
+        first = replace(first, strategy=copy.deepcopy(first.strategy, shared_objects(run)))
         self.initial = (first, run.state.sequences, run.state.attention_mask)
 
     def __len__(self) -> int:
@@ -112,7 +121,19 @@ class RunHistory:
             mark = RandomMark(mark.state, random.drawn())
         self.entries.append(replace(entry, took=took, random=mark))
 
-    # -- restore -----------------------------------------------------------------------------
+    # -- rewind ------------------------------------------------------------------------------
+    def rewind(self, run, target: int) -> None:
+        """Put ``run`` back to the state before step ``target`` (restored, or replayed where
+        the state cannot be cut back), its Step records and its trace cut there too."""
+        if self.replays or needs_replay(run):
+            self.replays = True  # once a mode needed it, the entries hold no strategy state
+            self.replay(run, target)
+        else:
+            self.restore(run, target)
+        del run.history[target:]
+        if run.tracer is not None:
+            run.tracer.truncate(target)
+
     def restore(self, run, target: int) -> None:
         """Put ``run`` back to the state before step ``target`` (without replaying)."""
         e, st = self.entries[target], run.state
@@ -145,7 +166,7 @@ class RunHistory:
             given.assistant_model is not None,
         )
         st.sequences, st.attention_mask = sequences, mask
-        st.strategy = copy.deepcopy(init.strategy, run.shared_objects())
+        st.strategy = copy.deepcopy(init.strategy, shared_objects(run))
         st.plan = _fresh_plan(run, init)
         st.strategy.config = st.plan.config
         for name in RECORDED:
@@ -153,24 +174,23 @@ class RunHistory:
         run.random.restore([init.random], 0)
         st.step_index, st.finished = 0, False
         self.entries = []
-        registry, tracer = run.registry, run._tracer
-        run._tracer = None
+        registry = run.registry
         try:
             for config, took, inside in steps:
                 # each step again with the hooks inside the model it had (they changed what
-                # the model computed); the loop's hooks and observers are not run again
+                # the model computed); the loop's hooks and observers (the trace) are not
+                # run again: they stay on the registry put back below
                 run.registry = HookRegistry.holding(given.model, inside)
                 run.config = copy.deepcopy(config)
-                st = run.state
-                st.forced = [] if took is None else [took]
-                run._step(want_record=False)
+                run.state.forced = [] if took is None else [took]
+                run.step(record=False)
         finally:
-            run.registry, run._tracer = registry, tracer
+            run.registry = registry
         run.config = copy.deepcopy(at_target.config if at_target is not None else init.config)
         run.state.forced = list(at_target.forced) if at_target is not None else list(init.forced)
 
     # -- forks -------------------------------------------------------------------------------
-    def copy(self, strategies: dict, plans: dict, copy_strategy, copy_plan) -> RunHistory:
+    def copy(self, strategies: dict, plans: dict, copy_strategy, copy_plan) -> Timeline:
         """A history for a fork: the same entries, pointing at the fork's own copies of the
         strategies and plans (``copy_strategy`` / ``copy_plan``, memoised in the dicts)."""
 
@@ -181,7 +201,7 @@ class RunHistory:
                 plan=_memo(plans, e.plan, copy_plan),
             )
 
-        other = RunHistory.__new__(RunHistory)
+        other = Timeline.__new__(Timeline)
         other.replays = self.replays
         other.entries = [own(e) for e in self.entries]
         init, sequences, mask = self.initial
@@ -233,4 +253,4 @@ def _same(a: dict | None, b: dict | None) -> bool:
     return True
 
 
-__all__ = ["Entry", "RunHistory"]
+__all__ = ["Entry", "Timeline", "needs_replay"]

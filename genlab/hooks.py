@@ -261,6 +261,10 @@ class HookRegistry:
             other.bind(self.model)
         return other
 
+    def hooks_at(self, name: str) -> tuple:
+        """The hooks registered at the point ``name``, in order (observers aside)."""
+        return tuple(self._hooks.get(name, ()))
+
     def inside_hooks(self) -> dict | None:
         """The hooks inside the model now, ``{point: (fns...)}`` (those that change what the
         model computes; a run's history keeps them for replays), or None."""

@@ -110,11 +110,11 @@ def as_sequence(
             raise ValueError(f"row={row} is out of range: the run has {rows} row(s)")
         ids, start = _row_ids(
             source.sequences[row],
-            source.attention_mask[row],
+            source.views.attention_mask[row],
             source.prompt_length,
-            set(source.eos_token_ids),
+            set(source.views.eos_token_ids),
         )
-        return Sequence(source.model, source.tokenizer, ids, start, True)
+        return Sequence(source.views.model, source.views.tokenizer, ids, start, True)
     if _is_lm(source):
         if prompt is None:
             raise ValueError("prompt: an LM needs a prompt to look at (text, messages or ids)")
@@ -142,14 +142,14 @@ def _result_row(result, row: int) -> Sequence:
     ids = seqs[row].detach().cpu()
     n = result.prompt_length
     mask = torch.ones_like(ids)
-    pad = run.pad_token_id
+    pad = run.views.pad_token_id
     if pad is not None:
         for i in range(n):
             if int(ids[i]) != pad:
                 break
             mask[i] = 0
-    ids, start = _row_ids(ids, mask, n, set(run.eos_token_ids))
-    return Sequence(run.model, run.tokenizer, ids, start, True)
+    ids, start = _row_ids(ids, mask, n, set(run.views.eos_token_ids))
+    return Sequence(run.views.model, run.views.tokenizer, ids, start, True)
 
 
 def teacher_forced(

@@ -9,128 +9,26 @@
 Step(0, tokens=[','], logprobs=[-0.062], finished=False)
 Step(1, tokens=['␣there'], logprobs=[-2.002], finished=False)
 Run(sample, step=1, rows=1, running)
->>> lm.result(run).text                  # the run's text so far
+>>> run.result().text                   # the run's text so far
 ','
 """
 
 from __future__ import annotations
 
-import html
 import logging
-import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 import torch
 
 from .engine import Run, as_model
 from .forward_cache import DEFAULT_MAX_BYTES, ForwardCache
 from .inputs import prompt_from_mapping, prompt_ids
+from .result import GenerationResult
 from .tokens import shown
-from .trace import TRANSITION_COLUMNS
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class GenerationResult:
-    """What ``lm.generate`` returns: the reference-shaped output plus text and a trace.
-
-    Args (as ``lm.generate`` fills them):
-        output: the reference-shaped output (``sequences``, ``scores``, ... as asked);
-        sequences: (rows, prompt + new) token ids, the prompt included;
-        prompt_length: the width of the (padded) prompt in ``sequences``;
-        texts: the generated text of each row, without the prompt; ``text`` is the first;
-        tokens: the generated tokens of each row as shown to a person (genlab.tokens);
-        run: the :class:`~genlab.engine.Run` that produced it (step on, rewind, fork);
-        trace: the recorded :class:`~genlab.trace.Trace` when ``trace=True``, else None.
-
-    >>> res = lm.generate("The capital of France is", max_new_tokens=5)   # lm: genlab.load("demo")
-    >>> res.text, res.generated_ids.shape
-    (' Paris.\\n\\nThe', torch.Size([1, 5]))
-    """
-
-    output: Any
-    sequences: torch.LongTensor
-    prompt_length: int
-    texts: list[str]
-    tokens: list[list[str]]
-    run: Run
-    trace: Any = None
-
-    @property
-    def text(self) -> str:
-        """The generated continuation of the first row (prompt excluded)."""
-        return self.texts[0]
-
-    @property
-    def generated_ids(self) -> torch.LongTensor:
-        """The new token ids only, (rows, new): ``sequences`` without the prompt."""
-        return self.sequences[:, self.prompt_length :]
-
-    def transition_scores(
-        self, normalize_logits: bool = False, row: int | None = None
-    ) -> pd.DataFrame:
-        """One row per generated token: ``step``, ``row``, ``token_id``, ``token``,
-        ``score``, ``logprob``, ``prob`` (the columns of :meth:`Trace.transition_scores`).
-
-        ``score`` is what ``compute_transition_scores(..., normalize_logits=...)`` gives, as
-        in the reference (default False: the processed score, with beams the beam's
-        transition score); ``logprob`` and ``prob`` are the token's log-probability and
-        probability in the processed distribution, whatever ``normalize_logits`` says.
-        row: one returned sequence, or None for all of them. A row ends at its EOS.
-        """
-        from .outputs import compute_transition_scores
-
-        out = self.output
-        if getattr(out, "scores", None) is None:
-            raise ValueError(
-                "no scores were recorded: generate with output_scores=True "
-                "and return_dict_in_generate=True (lm.generate does unless told False)"
-            )
-        beam_indices = getattr(out, "beam_indices", None)
-        args = (out.sequences, out.scores, beam_indices)
-        scores = compute_transition_scores(*args, normalize_logits=normalize_logits)
-        logprobs = scores if normalize_logits else None
-        if logprobs is None:
-            logprobs = compute_transition_scores(*args, normalize_logits=True)
-        tok = self.run.tokenizer
-        eos = set(self.run.eos_token_ids)
-        rows = range(self.sequences.shape[0]) if row is None else [row]
-        table = []
-        for r in rows:
-            ids = self.generated_ids[r].tolist()
-            for i, (tid, score, lp) in enumerate(
-                zip(ids, scores[r].tolist(), logprobs[r].tolist(), strict=True)
-            ):
-                if beam_indices is not None and int(beam_indices[r, i]) < 0:
-                    break
-                if i and ids[i - 1] in eos:
-                    break  # the row had finished: the rest is padding
-                table.append(
-                    {
-                        "step": i,
-                        "row": r,
-                        "token_id": tid,
-                        "token": shown(tok, tid),
-                        "score": score,
-                        "logprob": lp,
-                        "prob": math.exp(lp),
-                    }
-                )
-        return pd.DataFrame(table, columns=TRANSITION_COLUMNS)
-
-    def _repr_html_(self) -> str:
-        body = "".join(
-            f"<pre style='white-space:pre-wrap'>{html.escape(t)}</pre>" for t in self.texts
-        )
-        return f"<div><b>genlab result</b> ({self.run.mode}, {len(self.texts)} row(s)){body}</div>"
-
-    def __repr__(self) -> str:
-        return f"GenerationResult(mode={self.run.mode!r}, texts={self.texts!r})"
 
 
 class LM:
@@ -294,7 +192,7 @@ class LM:
         >>> run.rewind(1).force(" dragon")     # back one token; the next one is yours
         Run(sample, step=0, rows=1, running)
         >>> out = run.run()                    # on to the end (the reference-shaped output)
-        >>> lm.result(run).text
+        >>> run.result().text
         ' dragon was. To the gods'
         """
         return self._new_run(prompt, chat, system, trace, seed, keep_history, config)
@@ -341,7 +239,7 @@ class LM:
         """
         run = self._new_run(prompt, chat, system, trace, seed, keep_history, config)
         run.run(progress=progress, keep_on_interrupt=False)  # Ctrl-C propagates
-        return self.result(run)
+        return run.result()
 
     def _new_run(self, prompt, chat, system, trace, seed, keep_history, config) -> Run:
         prompt = _prompt_from_keywords(prompt, config)
@@ -363,23 +261,6 @@ class LM:
             forward_cache=self.cache,
             **config,
         )
-
-    def result(self, run: Run) -> GenerationResult:
-        """Wrap a finished (or interrupted) run as a :class:`GenerationResult`."""
-        out = run.output
-        seqs = out if isinstance(out, torch.Tensor) else out.sequences
-        n = run.prompt_length
-        tok = self.tokenizer
-        texts, tokens = [], []
-        for row in seqs[:, n:].tolist():
-            if tok is None:
-                texts.append(" ".join(map(str, row)))
-                tokens.append([str(t) for t in row])
-                continue
-            texts.append(tok.decode(row, skip_special_tokens=True))
-            tokens.append([tok.decode([t]) for t in row])
-        trace = run.tracer.trace if run.tracer is not None else None
-        return GenerationResult(out, seqs, n, texts, tokens, run, trace)
 
     def __repr__(self) -> str:
         return f"LM({self.name!r}, vocab={self.info.vocab_size})"

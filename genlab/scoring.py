@@ -88,7 +88,9 @@ def _encode_texts(lm, text, context, chat, system) -> tuple[list[list[int]], lis
         ctx = _context_ids(lm, context, chat, system, len(text))  # a ragged batch of ids
         seqs = [c + [int(x) for x in t] for c, t in zip(ctx, text, strict=True)]
         return seqs, [max(1, len(c)) for c in ctx]
-    tok = lm._need_tokenizer()
+    tok = lm.tokenizer
+    if tok is None:
+        raise ValueError("this model has no tokenizer: pass token ids instead of text")
     if isinstance(text, list) and text and isinstance(text[0], dict):
         text = [text]
     if isinstance(text, str):

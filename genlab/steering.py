@@ -293,7 +293,7 @@ def steering_sweep(
         with run.hooks({name: steer(vector, strength)}):
             run.run()
         lp = [s.logprobs[0] for s in run.history]
-        return lm.result(run), lp
+        return run.result(), lp
 
     done = {0.0: generate(0.0)}  # the unsteered text, what the others are compared with
     base = done[0.0][0].generated_ids[0].tolist()

@@ -389,8 +389,8 @@ class BeamStreamer:
     def attach(self, run: Any) -> BeamStreamer:
         """Listen to ``run``'s ``step_end`` hook (replacing an earlier attachment)."""
         self.detach()
-        if self.batch >= run.batch_size:
-            raise ValueError(f"batch={self.batch} but the run has {run.batch_size} input(s)")
+        if self.batch >= run.views.batch_size:
+            raise ValueError(f"batch={self.batch} but the run has {run.views.batch_size} input(s)")
         self._run = run
         self._remove = run.add_hook("step_end", self._on_step)
         self._handle = None
@@ -407,7 +407,7 @@ class BeamStreamer:
         run = self._run
         if run is None:
             return []
-        listing = getattr(run.strategy, "beams", None)
+        listing = getattr(run.views.strategy, "beams", None)
         if listing is None:  # not a beam search: the row itself, unscored
             p = run.prompt_length
             entries = [(run.sequences[self.batch, p:].tolist(), float("nan"), run.finished)]

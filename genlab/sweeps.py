@@ -275,8 +275,8 @@ def _sweep_setting(lm, setting, prompt_ids, n, seed, config):
     rows_per_call = 1 if one else n
     res = lm.generate(prompt_ids[None], seed=seed, num_return_sequences=rows_per_call, **settings)
     generated_ids = res.generated_ids.tolist() * (n // rows_per_call)
-    eos = set(res.run.eos_token_ids)
-    pad = res.run.pad_token_id
+    eos = set(res.run.views.eos_token_ids)
+    pad = res.run.views.pad_token_id
     generated = []
     ended = []
     for row in generated_ids:

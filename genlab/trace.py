@@ -269,7 +269,7 @@ class Tracer:
         """The recorded steps as a :class:`Trace` (tables and plots)."""
         return Trace(
             self.steps,
-            tokenizer=self.run.tokenizer,
+            tokenizer=self.run.views.tokenizer,
             prompt_length=self.run.prompt_length,
             run=self.run,
         )
@@ -417,7 +417,7 @@ class Trace:
         """:meth:`steps` of a beam search: the path of returned sequence ``row``."""
         path = self.returned_path(row)
         by_step = {rec.step: rec for rec in self.records}
-        num_beams = int(self.run.gen_config.num_beams)
+        num_beams = int(self.run.views.gen_config.num_beams)
         out = []
         for node in path.itertuples():
             rec = by_step[int(node.step)]

@@ -208,7 +208,7 @@ def test_group_case_has_a_done_group_while_others_run(hf_llama, padded_batch):
     mixed = False
     while not run.finished:
         run.step()
-        flags = [f for row in run.strategy.done_groups for f in row]
+        flags = [f for row in run.views.strategy.done_groups for f in row]
         mixed |= any(flags) and not all(flags)
     assert mixed
 

@@ -106,7 +106,7 @@ def test_fork_is_independent(hf_llama, padded_batch, mode):
 def test_force_extends_every_beam_and_adds_its_logprob(hf_llama, padded_batch):
     run = _start(hf_llama, padded_batch, "beam")
     run.step()
-    before = run.strategy.running_scores.clone()  # (2, 4)
+    before = run.views.strategy.running_scores.clone()  # (2, 4)
     seqs = run.sequences.clone()
     scores = []
     with run.hooks(scores=lambda s, step: scores.append(s.clone())):
@@ -114,7 +114,7 @@ def test_force_extends_every_beam_and_adds_its_logprob(hf_llama, padded_batch):
     assert (run.sequences[:, -1] == 50).all()
     expected = before + scores[0][:, 50].view(2, 4)
     expected, order = expected.sort(dim=1, descending=True)
-    torch.testing.assert_close(run.strategy.running_scores, expected)
+    torch.testing.assert_close(run.views.strategy.running_scores, expected)
     # the beams were re-sorted by score; each row is its old self plus the token
     parents = (order + torch.arange(2)[:, None] * 4).reshape(-1)
     assert torch.equal(run.sequences[:, :-1], seqs[parents])
@@ -188,7 +188,7 @@ def test_interrupted_run_returns_the_running_beams(hf_llama, padded_batch):
     assert not run.finished
     out = run.output
     assert out.sequences.shape == (2, padded_batch[0].shape[1] + 3)
-    expected = run.strategy.running_scores[:, 0] / 3
+    expected = run.views.strategy.running_scores[:, 0] / 3
     torch.testing.assert_close(out.sequences_scores, expected)
 
 

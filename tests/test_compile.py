@@ -48,7 +48,10 @@ def GraphCounter():
 
 def compile_config(backend, cls=CompileConfig, **fields):
     cc = cls(backend=backend, **fields)
-    cc._compile_all_devices = True  # compile on the CPU too (the reference's flag)
+    if cls is CompileConfig:
+        cc.all_devices = True  # compile on the CPU too
+    else:
+        cc._compile_all_devices = True  # the reference's name for it
     return cc
 
 
@@ -99,7 +102,7 @@ def test_compiled_run_steps_forces_rewinds_and_forks(hf_llama):
     )
     plain = start(lm, **kwargs)
     run = start(lm, cache_implementation="static", compile_config=compile_config(counter), **kwargs)
-    assert isinstance(run.cache, StaticKVCache) and run.state.plan.compiled is not None
+    assert isinstance(run.views.cache, StaticKVCache) and run.state.plan.compiled is not None
     for r in (plain, run):
         r.step()
         r.step()
@@ -142,8 +145,8 @@ def test_compiling_follows_the_reference_conditions(hf_llama):
     genlab.generate(lm, num_beams=2, **static)
     assert counter.graphs == []  # disabled; beam search is never compiled (as the reference)
 
-    on_cpu_only = CompileConfig(backend=counter)  # no _compile_all_devices: CUDA only
-    with pytest.warns(UserWarning, match="CUDA only unless compile_config._compile_all_devices"):
+    on_cpu_only = CompileConfig(backend=counter)  # no all_devices: CUDA only
+    with pytest.warns(UserWarning, match="CUDA only unless compile_config.all_devices"):
         genlab.generate(lm, cache_implementation="static", compile_config=on_cpu_only, **kwargs)
     with pytest.warns(UserWarning, match="cache is not static: set cache_implementation='static'"):
         genlab.generate(lm, compile_config=cc, **kwargs)

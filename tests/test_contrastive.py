@@ -57,7 +57,7 @@ def test_mode_is_contrastive_and_builtin_path_differs_from_greedy(models):
     model = models["llama_s0"]
     ids = torch.tensor([[3, 14, 15, 9, 26]])
     run = genlab.engine.start(model, input_ids=ids, penalty_alpha=0.9, top_k=5, max_new_tokens=6)
-    assert isinstance(run.strategy, ContrastiveSearch)
+    assert isinstance(run.views.strategy, ContrastiveSearch)
     contrastive = run.run()
     greedy = genlab.generate(model, input_ids=ids, max_new_tokens=6)
     assert not torch.equal(contrastive, greedy)  # alpha 0.9 changes the choice

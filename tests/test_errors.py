@@ -85,4 +85,4 @@ def test_interrupted_generation_keeps_tokens(hf_llama):
     run.add_hook("step_end", interrupt)
     with pytest.warns(UserWarning, match="interrupted"):
         out = run.run()
-    assert run.interrupted and out.shape[1] == PROMPT.shape[1] + 3
+    assert run.finished_by == "interrupted" and out.shape[1] == PROMPT.shape[1] + 3

@@ -45,7 +45,7 @@ def test_strength_slider_steers_and_the_heatmap_follows(lm):
     run = lm.start("the cat", max_new_tokens=6)
     with run.hooks({"blocks.1.hook_resid_post": genlab.steer(want, 1.0)}):
         run.run()
-    assert view.text == lm.result(run).text  # the same as the hook by hand
+    assert view.text == run.result().text  # the same as the hook by hand
     assert set(view.attribution.table.step) == set(range(6))
     html = view.static_html()
     assert 'class="genlab-static"' in html and "data:image/png" in html

@@ -101,7 +101,7 @@ def test_eos_and_pad_edits_apply_everywhere(demo):
     run.step()
     run.set(eos_token_id=eos, pad_token_id=7)
     run.run()
-    assert run.eos_token_ids == [eos] and run.pad_token_id == 7
+    assert run.views.eos_token_ids == [eos] and run.views.pad_token_id == 7
     got = run.sequences[:, run.prompt_length :].tolist()
     assert got[0] == row0[: at + 1] + [7] * (8 - at - 1)  # finished row 0 is padded with 7
     assert got[1] == row1 and run.finished_by == "length"
@@ -109,7 +109,7 @@ def test_eos_and_pad_edits_apply_everywhere(demo):
     one.step()
     one.set(eos_token_id=eos)
     one.run()
-    assert one.finished_by == "eos" and one.eos_token_ids == [eos]
+    assert one.finished_by == "eos" and one.views.eos_token_ids == [eos]
     assert one.sequences[0, -1].item() == eos
 
 

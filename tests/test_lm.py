@@ -32,7 +32,7 @@ def test_table_start_step_force(table_lm):
     run.force("dog")
     assert run.step().text == ["dog"]
     run.run()
-    assert table_lm.result(run).text == "dog has"
+    assert run.result().text == "dog has"
 
 
 def test_tokenizer_vocab_mismatch_is_an_error():

@@ -22,7 +22,7 @@ def test_the_glossary_names_what_the_code_uses():
     text = glossary.__doc__
     names = {  # each name the glossary gives, and where the code has it
         "run.step_index": genlab.Run,
-        "run.gen_config": genlab.Run,
+        "run.views.gen_config": genlab.engine.RunViews,
         "finished_by": genlab.Run,
         "ctx.criteria_met": StepContext,
         "transition_scores": Trace,
@@ -33,7 +33,7 @@ def test_the_glossary_names_what_the_code_uses():
     for name, owner in names.items():
         assert name in text, name
         assert hasattr(owner, name.rsplit(".", 1)[-1]), name
-    for name in ("eos_token_ids", "RunHistory", "depth", "stepdata", "RunRandom", "rule"):
+    for name in ("eos_token_ids", "Timeline", "depth", "stepdata", "RunRandom", "rule"):
         assert name in text, name
     assert "ctx.stop" not in text
 
@@ -54,7 +54,7 @@ def _traced_run(model, ids, mask, **cfg):
         {"input_ids": ids, "attention_mask": mask}, max_new_tokens=5, seed=0, trace=True, **cfg
     )
     run.run()
-    return lm.result(run), run.tracer.trace
+    return run.result(), run.tracer.trace
 
 
 def test_transition_tables_have_the_reference_default_and_the_same_columns(hf_llama, padded_batch):

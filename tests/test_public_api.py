@@ -104,6 +104,6 @@ def test_the_glossary_names_what_the_code_uses():
     import genlab.glossary as glossary
 
     text = glossary.__doc__
-    for name in ("run.step_index", "run.gen_config", "eos_token_ids", "RunHistory", "depth",
+    for name in ("run.step_index", "run.views.gen_config", "eos_token_ids", "Timeline", "depth",
                  "stepdata", "finished_by", "RunRandom"):  # fmt: skip
         assert name in text, name

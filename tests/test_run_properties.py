@@ -78,7 +78,7 @@ def _fires(run, point: str) -> bool:
     """A processor hook fires only when that processor is active (top_k=0 removes it)."""
     if not point.startswith("processor."):
         return True
-    return any(type(p).__name__ == point.split(".", 1)[1] for p in run.processors)
+    return any(type(p).__name__ == point.split(".", 1)[1] for p in run.views.processors)
 
 
 @settings(

@@ -76,15 +76,15 @@ def test_1_forks_share_no_mutable_object(model):
         (a.state.forced, f.state.forced),
         (a.random, f.random),
         (a.random.generator, f.random.generator),
-        (a._history, f._history),
-        (a._history.entries, f._history.entries),
+        (a.timeline, f.timeline),
+        (a.timeline.entries, f.timeline.entries),
     ]
     for x, y in pairs:
         assert x is not y
     for px, py in zip(a.state.plan.processors, f.state.plan.processors, strict=True):
         assert px is not py
-    mine = {id(e.strategy) for e in a._history.entries} | {id(e.plan) for e in a._history.entries}
-    theirs = {id(e.strategy) for e in f._history.entries} | {id(e.plan) for e in f._history.entries}
+    mine = {id(e.strategy) for e in a.timeline.entries} | {id(e.plan) for e in a.timeline.entries}
+    theirs = {id(e.strategy) for e in f.timeline.entries} | {id(e.plan) for e in f.timeline.entries}
     assert not mine & theirs
 
 
@@ -201,9 +201,9 @@ def _history_bytes(run) -> int:
     """What the run keeps for rewinding: its history entries (the objects they share with
     the live run, such as its strategy and plan, are not counted)."""
     seen = {id(run.state.strategy), id(run.state.plan)}
-    for e in run._history.entries:
+    for e in run.timeline.entries:
         seen |= {id(e.strategy), id(e.plan)}
-    return _deep_size(run._history.entries, seen)
+    return _deep_size(run.timeline.entries, seen)
 
 
 @pytest.mark.parametrize("cfg", [{}, {"do_sample": True, "seed": 3}])
@@ -238,7 +238,7 @@ def test_7_two_threads_stepping_one_run_never_corrupt_it(model):
         t.join()
     assert errors == []
     assert r.step_index == 40 and r.finished_by == "length"
-    assert r.cache.length() == r.sequences.shape[1] - 1
+    assert r.views.cache.length() == r.sequences.shape[1] - 1
     assert torch.equal(r.sequences, genlab.generate(model, PROMPT, max_new_tokens=40))
 
 

@@ -336,7 +336,7 @@ def test_mirostat_state_follows_rewind_and_fork(demo):
     )
     run.run()
     text = run.text
-    (miro,) = run.processors
+    (miro,) = run.views.processors
     mus = [s.mu for s in miro.history(run.sequences[0], start=run.given.prompt_length)]
     assert len(mus) == 10 and mus[0] == pytest.approx(6.0) and len(set(mus)) > 5
     run.rewind(5)
@@ -346,7 +346,7 @@ def test_mirostat_state_follows_rewind_and_fork(demo):
     fork.rewind(4)
     fork.run()
     assert fork.text == text
-    (fork_miro,) = fork.processors
+    (fork_miro,) = fork.views.processors
     assert fork_miro is not miro
 
 
@@ -363,7 +363,7 @@ def _mirostat_run(demo):
 
 
 def _mus(run) -> list[float]:
-    (miro,) = [p for p in run.processors if isinstance(p, MirostatV2LogitsWarper)]
+    (miro,) = [p for p in run.views.processors if isinstance(p, MirostatV2LogitsWarper)]
     return [s.mu for s in miro.history(run.sequences[0], start=run.given.prompt_length)]
 
 
@@ -404,7 +404,7 @@ def _xtc_beam_run(demo, perturb: bool):
         if perturb:
             torch.rand(17)  # the global generator moves between the steps
         run.step()
-    (xtc,) = [p for p in run.processors if isinstance(p, XTCLogitsWarper)]
+    (xtc,) = [p for p in run.views.processors if isinstance(p, XTCLogitsWarper)]
     draws = [[r.drawn for r in xtc.reports[n]] for n in sorted(xtc.reports)]
     return run, draws
 

@@ -118,8 +118,8 @@ def _state(run):
     scores = run.recorded_scores() or ()
     return (
         run.sequences.clone(),
-        run.attention_mask.clone(),
-        run.cache.length(),
+        run.views.attention_mask.clone(),
+        run.views.cache.length(),
         run.step_index,
         run.pending_forced,
         [s.clone() for s in scores],
@@ -182,7 +182,7 @@ def _inject(run, point, armed_proc, armed_crit, monkeypatch):
     elif kind == "criterion":
         armed_crit.on = True
     elif kind in ("forward", "interrupt"):
-        real = run.model.forward
+        real = run.views.model.forward
         armed = Armed()
         armed.on = True
         if kind == "interrupt":
@@ -193,16 +193,16 @@ def _inject(run, point, armed_proc, armed_crit, monkeypatch):
             armed.fire()  # ... and then the step fails
             return out
 
-        monkeypatch.setattr(run.model, "forward", forward)
+        monkeypatch.setattr(run.views.model, "forward", forward)
     elif kind == "strategy":
-        real_select = run.strategy.select
+        real_select = run.views.strategy.select
 
         def select(ctx, scores):
             real_select(ctx, scores)  # its state moved on; then it fails
             raise RuntimeError("injected")
 
-        monkeypatch.setattr(run.strategy, "select", select)
-        monkeypatch.setattr(run.strategy, "force", select)
+        monkeypatch.setattr(run.views.strategy, "select", select)
+        monkeypatch.setattr(run.views.strategy, "force", select)
     import contextlib
 
     return contextlib.nullcontext()
@@ -254,7 +254,7 @@ def test_run_interrupted_anywhere_keeps_scores_matching_tokens(model, mode):
     with pytest.warns(UserWarning, match="interrupted"):
         out = run.run()
     generated = out.sequences.shape[1] - PROMPT.shape[1]
-    assert run.interrupted and generated >= 1
+    assert run.finished_by == "interrupted" and generated >= 1
     assert len(out.scores) == generated
     table = genlab.compute_transition_scores(
         out.sequences, out.scores, getattr(out, "beam_indices", None)
@@ -349,7 +349,7 @@ def test_switching_mode_between_steps(model, source, target):
         _assert_same_state(run, before)
         _assert_same_future(run, before)
         return
-    assert run.mode == run.strategy.mode
+    assert run.mode == run.views.strategy.mode
     steps = _steps(run, 3)
     assert steps, "the switched run took no step"
     for tokens, _ in steps:

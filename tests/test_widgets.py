@@ -525,7 +525,7 @@ def test_debugger_force_rewind_fork_and_live_config(classic):
     dbg.step()
     assert dbg.text() == "nice"
     dbg.candidates.value = classic.tokenizer.convert_tokens_to_ids("dog")
-    dbg.force_button.click()
+    dbg.take_button.click()
     assert dbg.error is None and dbg.text() == "dog"
     assert dbg.history().forced.tolist() == [True]
     dbg.step()
@@ -536,7 +536,7 @@ def test_debugger_force_rewind_fork_and_live_config(classic):
     assert dbg.text() == "dog" and dbg.panel.config is fork.config
     dbg.step()
     dbg.token_box.value = "runs"  # taken at the current step instead of "has"
-    dbg.force_button.click()
+    dbg.take_button.click()
     assert dbg.text() == "dog runs"
     dbg.select_run(0)
     assert dbg.text() == "dog has"
@@ -647,7 +647,7 @@ def test_debugger_takes_a_multi_token_text_whole(classic):
     dbg = StepDebugger(classic, "The", max_new_tokens=6)
     dbg.step()
     dbg.token_box.value = "dog has"  # two tokens: both taken, both shown
-    dbg.force_button.click()
+    dbg.take_button.click()
     dbg.wait()
     assert dbg.error is None and dbg.text() == "dog has"
     assert dbg.run.pending_forced == ()  # nothing left queued for later steps or forks
@@ -666,12 +666,12 @@ def test_debugger_typed_quoted_text_keeps_its_space_and_bad_quotes_are_shown(cla
     dbg = StepDebugger(classic, "The")
     dbg.step()
     dbg.token_box.value = "'cat"  # an unclosed quote: shown, never raised
-    dbg.force_button.click()
+    dbg.take_button.click()
     dbg.wait()
     assert dbg.error.startswith("token: 'cat is not closed")
     assert "genlab-error" in dbg.status.value and dbg.text() == "nice"
     dbg.token_box.value = "'dog'"
-    dbg.force_button.click()
+    dbg.take_button.click()
     dbg.wait()
     assert dbg.error is None and dbg.text() == "dog"
 
@@ -682,11 +682,11 @@ def test_debugger_candidates_are_never_blank_and_never_impossible(classic):
     taken = int(dbg.run.sequences[0, -1])
     assert dbg.candidates.value == taken  # preselected: the token taken at this step
     assert len(dbg.candidates.options) == 2  # 'car' (p = 0 after top-k) is not offered
-    dbg.force(classic.tokenizer.convert_tokens_to_ids("car"))  # forced although p = 0
+    dbg.take(classic.tokenizer.convert_tokens_to_ids("car"))  # forced although p = 0
     labels = [label for label, _ in dbg.candidates.options]
     assert any(label.startswith("car") and "(taken)" in label for label in labels)
     assert len(labels) == 3 and dbg.candidates.value == 7
-    dbg.force_button.click()  # "Take this token" with the preselected candidate
+    dbg.take_button.click()  # "Take this token" with the preselected candidate
     dbg.wait()
     assert dbg.error is None and dbg.text() == "car"
 
@@ -891,7 +891,7 @@ def test_tables_print_large_and_infinite_numbers_readably():
     assert "none yet" in text and "-inf" in text and "0.500" in text  # -1e9: no hypothesis yet
     assert "e+09" not in text and "None" not in text and "nan" not in text
     # an HTML widget gets none of JupyterLab's table styles: the cells bring their spacing
-    assert re.search(r"\.genlab-table th, \.genlab-table td \{ padding: 2px 8px;", text)
+    assert re.search(r"\.genlab-table th, \.genlab-table td \{ padding: 2px 5px;", text)
 
 
 def test_debugger_settings_are_built_when_their_tab_is_first_shown(classic):
@@ -953,11 +953,11 @@ def test_forcing_again_replaces_the_whole_forced_word_and_the_queue_is_shown(uni
     dbg.step(2)
     ids = uniform.tokenizer.encode(" b c d", add_special_tokens=False)
     assert len(ids) >= 2
-    dbg.force(list(ids))  # a word of several tokens, taken at step 1
+    dbg.take(list(ids))  # a word of several tokens, taken at step 1
     assert dbg.run.sequences[0, -len(ids) :].tolist() == list(ids)
-    dbg.force(list(ids[:1]))  # a text again: the whole word is replaced, not its last piece
+    dbg.take(list(ids[:1]))  # a text again: the whole word is replaced, not its last piece
     assert dbg.run.step_index == 2 and int(dbg.run.sequences[0, -1]) == int(ids[0])
-    dbg.force(list(ids))
+    dbg.take(list(ids))
     dbg.rewind(1)  # the step's forced token is queued again: shown, and clearable
     assert dbg.run.pending_forced and "queued to be forced" in dbg.forced_view.value
     assert dbg.clear_button.layout.display is None

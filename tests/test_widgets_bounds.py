@@ -158,7 +158,7 @@ def test_no_raw_torch_error_reaches_a_panel(classic, monkeypatch):
         assert "RuntimeError" not in text and "enforce" not in text and "alloc_cpu" not in text
     assert "num_beams" in error_text(alloc)
     pg = Playground(classic, "The", max_new_tokens=2)
-    monkeypatch.setattr(pg.lm, "result", lambda run: (_ for _ in ()).throw(alloc))
+    monkeypatch.setattr(genlab.Run, "result", lambda run: (_ for _ in ()).throw(alloc))
     pg.update(sync=True)
     assert "enforce" not in pg.status.value and "memory" in pg.error
     assert re.search(r"\. The last good result is still shown", pg.status.value)
@@ -261,7 +261,7 @@ def test_forcing_then_taking_a_candidate_keeps_the_users_text(uniform, actions):
         chosen = tok.encode(token, add_special_tokens=False) if kind == "text" else [token]
         whole = kind == "text" and spans and spans[-1][1] == ref.step_index
         back = (spans[-1][1] - spans[-1][0]) if whole else min(1, ref.step_index)
-        dbg.force(token)
+        dbg.take(token)
         ref.rewind(back)
         ref.clear_forced()
         ref.force(token)
@@ -278,14 +278,14 @@ def test_taking_a_candidate_after_a_forced_text_replaces_only_its_last_piece(uni
     dbg = StepDebugger(uniform, "a", max_new_tokens=12)
     dbg.step()
     dbg.token_box.value = "' b c d'"
-    dbg.force_button.click()
+    dbg.take_button.click()
     assert dbg.text().endswith("b c d")  # (the table tokenizer joins words with spaces)
     alt = next(v for label, v in dbg.candidates.options if "(taken)" not in label)
     dbg.candidates.value = alt  # the last piece's alternatives are offered
-    dbg.force_button.click()  # a candidate of the current step: that step only
+    dbg.take_button.click()  # a candidate of the current step: that step only
     assert dbg.text().endswith("b c " + uniform.tokenizer.decode([alt]))
     dbg.token_box.value = " "  # spaces are typed text, never the dropdown's choice
-    dbg.force_button.click()
+    dbg.take_button.click()
     assert dbg.error is not None and "no tokens" in dbg.error  # (spaces: no word here)
 
 

@@ -27,7 +27,7 @@ def visible(markup: str) -> str:
 def dbg(demo):
     view = StepDebugger(demo, "Write it: ")
     view.step()
-    view.force(" 字")  # three tokens: ⟨E5⟩ ⟨AD⟩ ⟨97⟩
+    view.take(" 字")  # three tokens: ⟨E5⟩ ⟨AD⟩ ⟨97⟩
     for _ in range(2):
         view.step()
     return view

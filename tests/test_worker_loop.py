@@ -49,7 +49,7 @@ def playground(model: Model, **kwargs) -> Playground:
 async def settle(view, timeout: float = 10.0) -> None:
     """Let the loop run until no update is pending or running."""
     end = time.monotonic() + timeout
-    while view.worker.busy or view.worker._pending:
+    while view.worker.busy or view.worker.pending:
         assert time.monotonic() < end, "the update did not end"
         await asyncio.sleep(0.005)
 

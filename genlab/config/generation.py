@@ -187,6 +187,9 @@ class GenerationConfig:
     """
 
     extra_output_flags = EXTRA_OUTPUT_FLAGS
+    #: the hash of a config as read from a file or a model config (set by the readers,
+    #: as the reference keeps it; never serialised)
+    _original_object_hash = None
 
     def __init__(self, **kwargs):
         from_model_config = kwargs.pop("_from_model_config", False)

@@ -16,6 +16,23 @@ from .generation import GenerationConfig
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 
 
+def model_defaults(info) -> dict:
+    """The generation defaults of a model (its ``ModelInfo``): its generation config's
+    fields, with the special tokens it leaves unset taken from the model (as transformers
+    derives a generation config from the model config)."""
+    defaults = dict(info.generation_defaults or {})
+    for key in SPECIAL_TOKENS:
+        if defaults.get(key) is None and getattr(info, key, None) is not None:
+            defaults[key] = getattr(info, key)
+    return defaults
+
+
+def default_config(info) -> GenerationConfig:
+    """A model's defaults (:func:`model_defaults`) as a GenerationConfig."""
+    defaults = model_defaults(info)
+    return GenerationConfig.from_dict(defaults) if defaults else GenerationConfig()
+
+
 def prepare_config(model, generation_config=None, use_model_defaults=None, **kwargs):
     """Base config (the model's defaults or the given one) updated with ``kwargs``.
 
@@ -27,14 +44,9 @@ def prepare_config(model, generation_config=None, use_model_defaults=None, **kwa
     Returns ``(config, unused_kwargs)``, mirroring the reference's precedence: explicit
     kwargs > the given config > the model's generation defaults > global defaults.
     """
-    info = model.info
-    defaults = dict(info.generation_defaults or {})
-    # a model without a generation_config.json still knows its special tokens
-    for key in SPECIAL_TOKENS:
-        if defaults.get(key) is None and getattr(info, key, None) is not None:
-            defaults[key] = getattr(info, key)
+    defaults = model_defaults(model.info)
     if generation_config is None:
-        config = GenerationConfig.from_dict(defaults) if defaults else GenerationConfig()
+        config = default_config(model.info)
     else:
         config = copy.deepcopy(GenerationConfig.from_any(generation_config))
         if use_model_defaults is not False and defaults:

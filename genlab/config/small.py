@@ -135,12 +135,12 @@ class CompileConfig(_SmallConfig):
 
     Used when a greedy or sampling run has ``cache_implementation="static"``: its one-token
     decoding steps are compiled (genlab/caches.py, :func:`~genlab.caches.compiled_forward`).
-    As in the reference, that happens on CUDA devices only, unless ``_compile_all_devices``
-    is set to True (an attribute, not a field: it is never serialised), e.g. to compile on
-    the CPU:
+    As in the reference, that happens on CUDA devices only, unless ``all_devices`` is set
+    to True (the reference's ``_compile_all_devices``; an attribute, not a field: it is
+    never serialised), e.g. to compile on the CPU:
 
     >>> cc = CompileConfig(fullgraph=True)
-    >>> cc._compile_all_devices = True
+    >>> cc.all_devices = True
 
     Args:
         fullgraph: compile the whole step as one graph (no graph breaks allowed);
@@ -155,8 +155,8 @@ class CompileConfig(_SmallConfig):
     backend: Any = "inductor"
     mode: str = "reduce-overhead"
     options: dict | None = None
-    # compile on every device type, not only CUDA (the reference's flag of the same name)
-    _compile_all_devices = None
+    # compile on every device type, not only CUDA (the reference's _compile_all_devices)
+    all_devices = None
 
 
 _WATERMARK_CLASSES = (WatermarkingConfig, SynthIDTextWatermarkingConfig)
@@ -190,7 +190,7 @@ def coerce_compile(value: Any) -> Any:
         return CompileConfig.from_dict(value)
     if type(value).__name__ == "CompileConfig" and hasattr(value, "to_dict"):
         ours = CompileConfig.from_dict(value.to_dict())
-        ours._compile_all_devices = getattr(value, "_compile_all_devices", None)
+        ours.all_devices = getattr(value, "_compile_all_devices", None)
         return ours
     return value
 

@@ -218,9 +218,9 @@ class BuiltinDecoder(TapsOwner):
     (:class:`~genlab.models.taps.TapsOwner`: ``hook_points()``, ``has_active_hooks()``).
 
     Subclasses also bring the two halves of a fixed-shape decoding step, used by
-    :meth:`compiled_forward`: ``_fixed_inputs(input_ids, attention_mask, position_ids,
+    :meth:`compiled_forward`: ``fixed_inputs(input_ids, attention_mask, position_ids,
     cache)`` (eager: input checks, the position input and the (rows, 1, 1, capacity) keep
-    mask) and ``_fixed_step(input_ids, positions, keep, keys, values, slots)`` (the
+    mask) and ``fixed_step(input_ids, positions, keep, keys, values, slots)`` (the
     compiled part: every layer and the head, on a :class:`SlotWriter`).
 
     ``form_choice``: the :class:`~genlab.models.matmul.FormChoice` that set the form of the
@@ -246,7 +246,7 @@ class BuiltinDecoder(TapsOwner):
         """
         last = getattr(self, "_compiled", None)
         if last is None or last[0] != compile_config:
-            step = torch.compile(self._fixed_step, **compile_config.to_dict())
+            step = torch.compile(self.fixed_step, **compile_config.to_dict())
             call = functools.partial(self._fixed_forward, step)
             self._compiled = (dataclasses.replace(compile_config), call)
         return self._compiled[1]
@@ -280,7 +280,7 @@ class BuiltinDecoder(TapsOwner):
                 output_attentions=output_attentions, output_hidden_states=output_hidden_states,
             )  # fmt: skip
         past = cache.length()
-        positions, keep = self._fixed_inputs(input_ids, attention_mask, position_ids, cache)
+        positions, keep = self.fixed_inputs(input_ids, attention_mask, position_ids, cache)
         # a fresh (rows, 1) tensor: a column sliced out of the sequences has their stride,
         # which changes every step and would make the compiled step recompile
         input_ids = input_ids.clone(memory_format=torch.contiguous_format)

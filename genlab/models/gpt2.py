@@ -366,7 +366,7 @@ class GPT2Decoder(BuiltinDecoder):
 
     # ---- the fixed-shape decoding step (static cache, torch.compile; see base.py) ---------
 
-    def _fixed_inputs(self, input_ids, attention_mask, position_ids, cache):
+    def fixed_inputs(self, input_ids, attention_mask, position_ids, cache):
         s = self.settings
         _, attention_mask, position_ids = check_forward_inputs(
             self.name, input_ids, attention_mask, position_ids, cache, 1, s.vocab_size,
@@ -376,7 +376,7 @@ class GPT2Decoder(BuiltinDecoder):
         positions = F.embedding(position_ids, self.wpe)
         return positions, static_keep_mask(attention_mask, cache.capacity)
 
-    def _fixed_step(self, input_ids, positions, keep, keys, values, slots):
+    def fixed_step(self, input_ids, positions, keep, keys, values, slots):
         writer = SlotWriter(keys, values, slots)
         h = self.embed_tokens(input_ids) + positions
         for i, block in enumerate(self.layers):

@@ -48,7 +48,7 @@ def _reference_compile_config(compile_config):
     from transformers import CompileConfig
 
     ours = CompileConfig(**compile_config.to_dict())
-    ours._compile_all_devices = compile_config._compile_all_devices
+    ours._compile_all_devices = compile_config.all_devices
     return ours
 
 

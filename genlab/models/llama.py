@@ -706,7 +706,7 @@ class LlamaDecoder(BuiltinDecoder):
 
     # ---- the fixed-shape decoding step (static cache, torch.compile; see base.py) ---------
 
-    def _fixed_inputs(self, input_ids, attention_mask, position_ids, cache):
+    def fixed_inputs(self, input_ids, attention_mask, position_ids, cache):
         s = self.settings
         _, attention_mask, position_ids = check_forward_inputs(
             self.name, input_ids, attention_mask, position_ids, cache, 1, s.vocab_size,
@@ -716,7 +716,7 @@ class LlamaDecoder(BuiltinDecoder):
         rotation = torch.view_as_real(self.rope.lookup(position_ids, max_position))  # real pairs
         return rotation, static_keep_mask(attention_mask, cache.capacity, s.sliding_window)
 
-    def _fixed_step(self, input_ids, rotation, keep, keys, values, slots):
+    def fixed_step(self, input_ids, rotation, keep, keys, values, slots):
         writer = SlotWriter(keys, values, slots)
         h = self.embed_tokens(input_ids)
         for i, layer in enumerate(self.layers):

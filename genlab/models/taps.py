@@ -150,7 +150,7 @@ class Taps:
         reg = self.registry
         outer, reg.firing = reg.firing, name
         try:
-            for fn in tuple(reg._hooks.get(name, ())):
+            for fn in reg.hooks_at(name):
                 if getattr(fn, "takes_positions", False):
                     first = self.past + skip
                     pos = torch.arange(first, first + value.shape[seq_axis], device=value.device)

@@ -70,7 +70,7 @@ SCORE_NOTES = {
 
 def _eos_ids(trace) -> set[int]:
     run = getattr(trace, "run", None)
-    config = getattr(run, "gen_config", None) if run is not None else None
+    config = run.views.gen_config if run is not None else None
     return set(eos_token_ids(getattr(config, "eos_token_id", None)))
 
 

@@ -26,7 +26,7 @@ from genlab.processors.samplers import (
 
 
 def _find(run: Any, kinds: tuple[type, ...], name: str) -> Any:
-    for processor in run.processors:
+    for processor in run.views.processors:
         if isinstance(processor, kinds):
             return processor
     raise ValueError(f"this run has no {name} sampler: start it with the {name} fields set")

@@ -220,8 +220,8 @@ class ModelDrafter:
                 cache=self.cache,
             )
         draft.run(keep_on_interrupt=False)
-        self.cache = draft.cache
-        self.mask = draft.attention_mask
+        self.cache = draft.views.cache
+        self.mask = draft.views.attention_mask
         return draft.sequences, torch.stack(draft.recorded_scores(), dim=1)  # (1, n, vocab)
 
     def __deepcopy__(self, _memo):

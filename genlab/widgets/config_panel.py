@@ -332,7 +332,7 @@ class ConfigPanel(widgets.VBox):
         try:
             self._sync(lambda: self.controls[name].show(value))
         except Exception as err:  # a value of the wrong type: shown, never raised
-            self._reject(name, _reason(name, value, err))
+            self.reject(name, _reason(name, value, err))
             return False
         return self._apply({name: value})
 
@@ -491,7 +491,7 @@ class ConfigPanel(widgets.VBox):
             try:
                 value = control.read()
             except Exception as err:  # shown next to the field, never raised
-                self._reject(name, _reason(name, None, err))
+                self.reject(name, _reason(name, None, err))
                 return
             self._apply({name: value})
 
@@ -505,7 +505,7 @@ class ConfigPanel(widgets.VBox):
             _, notes = validate_quietly(trial, self.vocab_size, self.limits, self.tokenizer)
         except Exception as err:  # ValueError, or TypeError of a value of the wrong type
             for key in changes:
-                self._reject(key, _reason(key, changes[key], err))
+                self.reject(key, _reason(key, changes[key], err))
             return False
         for key in changes:
             setattr(self.config, key, getattr(trial, key))
@@ -516,7 +516,9 @@ class ConfigPanel(widgets.VBox):
         self._accepted(list(changes), notes)
         return True
 
-    def _reject(self, name: str, text: str) -> None:
+    def reject(self, name: str, text: str) -> None:
+        """Show ``text`` as the reason field ``name``'s value was refused (the field keeps
+        its last good value; :attr:`errors` lists the refusals shown)."""
         self.errors[name] = text
         self.controls[name].set_status(text, "error")
 

@@ -14,7 +14,7 @@ and make browser run the panels).)
 >>> dbg = StepDebugger(genlab.load("demo"), "The capital of France is", max_new_tokens=8)
 ...  # doctest: +SKIP
 >>> dbg.step(); dbg.step(); dbg.waterfall_table()                 # doctest: +SKIP
->>> dbg.force(" Lyon"); dbg.text()                                # doctest: +SKIP
+>>> dbg.take(" Lyon"); dbg.text()                                # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class StepDebugger(LiveView):
     defaults, 20 new tokens unless given).
 
     For code and tests: ``step()``, ``run_to_end()``, ``rewind(n)``, ``fork()``,
-    ``select_run(i)``, ``force(token)``, ``clear_forced()``, ``text()``, ``history()`` and
+    ``select_run(i)``, ``take(token)``, ``clear_forced()``, ``text()``, ``history()`` and
     ``waterfall_table()`` (DataFrames); ``run`` is the active Run, ``runs`` all of them,
     ``error`` the last failure (None after a success), ``busy`` while a Run goes on.
 
@@ -238,7 +238,7 @@ class StepDebugger(LiveView):
         self.token_box = widgets.Text(
             placeholder="or type a token", layout=widgets.Layout(width="180px")
         )
-        self.force_button = button("Take this token", tooltip="redo the current step with it")
+        self.take_button = button("Take this token", tooltip="redo the current step with it")
         self.forced_view = widgets.HTML()
         #: click to branch: one button per alternative of the current step (a fork takes
         #: it; mouse or Tab + Enter), a fixed set whose labels follow the step
@@ -270,7 +270,7 @@ class StepDebugger(LiveView):
         self.run_button.on_click(lambda _: self._click(self._start_run))
         self.rewind_button.on_click(lambda _: self._click(self._rewind_typed))
         self.fork_button.on_click(lambda _: self._click(self.fork))
-        self.force_button.on_click(lambda _: self._click(self._force_chosen))
+        self.take_button.on_click(lambda _: self._click(self._take_chosen))
         self.clear_button.on_click(lambda _: self._click(self.clear_forced))
         self.run_picker.observe(self._picked, names="value")
 
@@ -284,7 +284,7 @@ class StepDebugger(LiveView):
             self.run_picker,
             self.progress,
         )
-        forcing = controls_row(self.candidates, self.token_box, self.force_button)
+        forcing = controls_row(self.candidates, self.token_box, self.take_button)
         branching = controls_row(self.alt_label, *self.alt_buttons)
         self.figure_box = scroll_box(self.waterfall_image)
         self.figure_note = widgets.HTML()
@@ -326,7 +326,7 @@ class StepDebugger(LiveView):
         why = ended_text(run) or f"the run has finished ({n} tokens)"
         if by == "length":
             return f"{why}: raise it in Settings and Step to go on, {back}"
-        if by == "interrupted" or getattr(run, "interrupted", False):
+        if by == "interrupted":
             return f"{why}: Rewind (even 0 steps) to go on, or Fork"
         return f"{why}: {back}"
 
@@ -346,7 +346,7 @@ class StepDebugger(LiveView):
                 setattr(run.config, n, self._good_lengths.get(n))
             panel.bind(run.config)
             for n in changed:
-                panel._reject(n, error_text(err))
+                panel.reject(n, error_text(err))
             self.show_error(err)
             return
         if panel.config is not run.config:
@@ -385,30 +385,27 @@ class StepDebugger(LiveView):
     def compute(self, job: Job):
         """Generator: step the active run until it finishes or Stop is pressed (``job``:
         the scheduler's job, whose ``cancelled`` event is Stop), showing the text and the
-        progress (tokens so far of the run's total now) as it goes."""
+        progress (tokens so far of the run's total now) as it goes (LiveView's
+        :meth:`drive`; Stop leaves the run steppable)."""
         run = self.run
-        start, t0 = run.step_index, time.perf_counter()
-        last = t0
         self.notice = None  # (a refused click stays shown: _refused is reset at the Run)
-        while not run.finished:
-            if job.cancelled.is_set():  # Stop: the steps so far stay; Step or Run go on
-                self.notice = f"stopped after {run.step_index} tokens: Step or Run go on from here"
-                break
-            run.step()
-            now = time.perf_counter()
-            if now - last >= 0.1:
-                last = now
-                total = run_total(run)
-                self.progress.max, self.progress.value = total, run.step_index
-                rate = (run.step_index - start) / (now - t0)
-                self.status.value = message(
-                    f"running… {run.step_index} of {total} tokens · {rate:.1f} tokens/s "
-                    "(Stop ends it here)" + (f"\n{self._refused}" if self._refused else ""),
-                    "warn" if self._refused else "info",
-                )
-                self.text_view.value = self._text_html()
-            yield
+        yield from self.drive(run, job, end_on_stop=False)
+        if job.stopped and not run.finished:  # the steps so far stay; Step or Run go on
+            self.notice = f"stopped after {run.step_index} tokens: Step or Run go on from here"
         return run
+
+    def progress_text(self, run: Run, total: int, rate: float, label: str = "") -> str:
+        """The status line of a Run in progress (``run``, its ``total`` tokens, ``rate``
+        in tokens/s; ``label`` unused), with a click refused during it."""
+        return message(
+            f"running… {run.step_index} of {total} tokens · {rate:.1f} tokens/s "
+            "(Stop ends it here)" + (f"\n{self._refused}" if self._refused else ""),
+            "warn" if self._refused else "info",
+        )
+
+    def stream(self, run: Run, job: Job) -> None:
+        """The text of ``run`` so far, while a Run steps (``job``: the scheduler's)."""
+        self.text_view.value = self._text_html()
 
     def render(self, data) -> None:
         """Draw the panel after a Run (LiveView; ``data``, what :meth:`compute` returned,
@@ -460,12 +457,12 @@ class StepDebugger(LiveView):
     def branch(self, token) -> Run:
         """Click to branch: a fork of the active run that takes ``token`` (an id: an
         alternative of the current step; or a text) at the current step instead, as
-        :meth:`force` does; the original run stays. Returns the fork, now active."""
+        :meth:`take` does; the original run stays. Returns the fork, now active."""
         with self._lock:
             source = self.run
             other = self.fork()
             try:
-                self.force(token)
+                self.take(token)
             except Exception:  # a refused token leaves no fork behind
                 self.runs.remove(other)
                 self._forced_spans.pop(id(other), None)
@@ -490,7 +487,7 @@ class StepDebugger(LiveView):
             self.panel.bind(self.run.config)
         self._changed()
 
-    def force(self, token) -> None:
+    def take(self, token) -> None:
         """Take ``token`` at the current step instead of what was taken there (before the
         first step: as the first token), keeping every step before it.
 
@@ -627,10 +624,10 @@ class StepDebugger(LiveView):
         if not getattr(self, "_picking", False):
             self.guard(self.select_run, change["new"])
 
-    def _force_chosen(self) -> None:
+    def _take_chosen(self) -> None:
         typed = self.token_box.value  # spaces are text too (" " is a token)
         token = parse_typed_token(typed) if typed else self.candidates.value
-        self.force(token)
+        self.take(token)
         self.token_box.value = ""
 
     def _changed(self) -> None:

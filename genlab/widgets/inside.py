@@ -179,7 +179,7 @@ class LensView(LiveView):
         run = yield from self.drive(run, job)
         if run.step_index == 0:
             raise ValueError("stopped before the first token: nothing to read the lens of")
-        result = self.lm.result(run)
+        result = run.result()
         yield  # a newer request may land before the lens pass
         if job.cancelled.is_set() and not job.stopped:
             raise Cancelled
@@ -210,7 +210,7 @@ class LensView(LiveView):
         ]
         self.text_view.value = text_block(token_spans(texts, probs[: len(texts)], tips))
         run = getattr(source, "run", source)
-        stopped = bool(getattr(run, "interrupted", False))
+        stopped = run.finished_by == "interrupted"
         note = "stopped: the lens reads the tokens made so far; " if stopped else ""
         self.status.value = message(
             f"{note}{n} generated tokens, {lens.num_layers} layers: pick a step for its "

@@ -24,12 +24,11 @@ import ipywidgets as widgets
 
 from ..config import GenerationConfig
 from ..config.limits import Limits, model_limits
+from ..config.resolve import default_config
 from ..engine import Run
 from .base import MAX_SEED, Panel, button, controls_row, parse_int
 from .render import WARNINGS_LOCK, message
 from .worker import Job, Worker, drain
-
-SPECIAL_TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 
 
 def limits_of(lm) -> Limits:
@@ -40,18 +39,11 @@ def limits_of(lm) -> Limits:
 
 def initial_config(lm, config: GenerationConfig | None = None, **overrides) -> GenerationConfig:
     """The model's generation defaults (or ``config``) with ``overrides``; 20 new tokens
-    unless a length is given. Special tokens the defaults leave unset come from the model
-    (as transformers derives a generation config from the model config). A value over
+    unless a length is given (:func:`genlab.config.resolve.default_config` gives the
+    defaults, as a run's set-up does). A value over
     the bound the model and machine set (:func:`limits_of`) is refused here, before a
     panel allocates anything: ``BeamExplorer(lm, "Hi", num_beams=10**9)`` raises."""
-    if config is None:
-        defaults = dict(lm.info.generation_defaults or {})
-        for name in SPECIAL_TOKEN_FIELDS:
-            if defaults.get(name) is None and getattr(lm.info, name, None) is not None:
-                defaults[name] = getattr(lm.info, name)
-        config = GenerationConfig.from_dict(defaults) if defaults else GenerationConfig()
-    else:
-        config = config.copy()
+    config = default_config(lm.info) if config is None else config.copy()
     if (
         "max_new_tokens" not in overrides
         and "max_length" not in overrides
@@ -82,19 +74,23 @@ def start_run(
     keep_history: bool = False,
 ) -> Run:
     """The one way a panel starts a run: a traced Run of ``lm`` on ``prompt`` with a
-    private copy of ``config`` (through :meth:`genlab.LM.start`'s path), ``keep_history``
+    private copy of ``config``, through :meth:`genlab.LM.start`; ``keep_history``
     for a run that rewinds and forks (the StepDebugger). Warnings of the set-up are kept
-    in ``run.warnings``; ``trace_depth``: candidates the trace keeps per stage;
+    in ``run.views.warnings``; ``trace_depth``: candidates the trace keeps per stage;
     ``tracer_class`` replaces the Tracer."""
     if isinstance(prompt, str) and not prompt.strip() and not chat:
         raise ValueError("prompt is empty: type some text to continue (or tick chat)")
     limits_of(lm).check(config)  # before anything is allocated
     with WARNINGS_LOCK, warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        run = lm._new_run(
-            prompt, chat, None, {"depth": trace_depth}, seed, keep_history,
-            {"generation_config": config.copy()},
-        )  # fmt: skip
+        run = lm.start(
+            prompt,
+            chat=chat,
+            trace={"depth": trace_depth},
+            seed=seed,
+            keep_history=keep_history,
+            generation_config=config.copy(),
+        )
     if tracer_class is not None:
         run.attach_tracer(tracer_class(run, depth=trace_depth))
     return run
@@ -104,7 +100,7 @@ def run_total(run) -> int:
     """How many tokens ``run`` generates at most under its config now (so that a raised
     ``max_new_tokens`` raises the total), never fewer than it has generated."""
     try:
-        limit = int(run.gen_config.max_length) - int(run.prompt_length)
+        limit = int(run.views.gen_config.max_length) - int(run.prompt_length)
     except (AttributeError, TypeError):
         limit = 0
     return max(1, limit, int(run.step_index))
@@ -125,7 +121,7 @@ def ended_text(run) -> str:
         stops = getattr(run.config, "stop_strings", None)
         what = "a stop string" if stops else "a stopping criterion (max_time or your own)"
         return f"{what} ended the text after {n} tokens"
-    if by == "interrupted" or getattr(run, "interrupted", False):
+    if by == "interrupted":
         return f"stopped by Stop after {n} tokens"
     return ""
 
@@ -197,7 +193,7 @@ class LiveView(Panel):
     @property
     def busy(self) -> bool:
         """True while a generation is scheduled or running."""
-        return self.worker.busy or self.worker._pending
+        return self.worker.busy or self.worker.pending
 
     def update(self, sync: bool = False):
         """Recompute with the current inputs, cancelling a running computation; with
@@ -268,13 +264,23 @@ class LiveView(Panel):
         """Show a generation in progress (called every :data:`STREAM_EVERY` seconds from
         :meth:`drive`); subclasses draw the tokens so far."""
 
-    def drive(self, run: Run, job: Job, label: str = ""):
+    def progress_text(self, run: Run, total: int, rate: float, label: str = "") -> str:
+        """The status line (HTML) while :meth:`drive` steps ``run``: its ``total`` tokens
+        now, the ``rate`` in tokens/s, ``label`` naming the run; subclasses may say more."""
+        return message(
+            f"generating{(' ' + label) if label else ''}… {run.step_index} of "
+            f"{total} tokens · {rate:.1f} tokens/s (Stop keeps them)",
+            "info",
+        )
+
+    def drive(self, run: Run, job: Job, label: str = "", end_on_stop: bool = True):
         """Generator: step ``run`` to its end, yielding after every step and streaming it
         into the view (:meth:`stream`: the first token at once, then every
-        :data:`STREAM_EVERY` seconds) with its progress (tokens so far of the run's total
-        now, tokens/s); stops early on Stop, and raises :class:`Cancelled` when a newer
-        request replaced the job (checked before every step). Returns ``run``:
-        ``run = yield from self.drive(run, job)``."""
+        :data:`STREAM_EVERY` seconds) with its progress (:meth:`progress_text`: tokens so
+        far of the run's total now, tokens/s); stops early on Stop (which ends the run,
+        ``run.stop()``, unless ``end_on_stop`` is False: it then stays steppable), and
+        raises :class:`Cancelled` when a newer request replaced the job (checked before
+        every step). Returns ``run``: ``run = yield from self.drive(run, job)``."""
         self.progress.max, self.progress.value = run_total(run), run.step_index
         t0 = time.perf_counter()
         start = run.step_index
@@ -283,7 +289,8 @@ class LiveView(Panel):
             if job.cancelled.is_set():
                 if not job.stopped:
                     raise Cancelled
-                run.stop()
+                if end_on_stop:
+                    run.stop()
                 break
             run.step()
             now = time.perf_counter()
@@ -292,11 +299,7 @@ class LiveView(Panel):
                 total = run_total(run)
                 self.progress.max, self.progress.value = total, run.step_index
                 rate = (run.step_index - start) / (now - t0) if now > t0 else 0.0
-                self.status.value = message(
-                    f"generating{(' ' + label) if label else ''}… {run.step_index} of "
-                    f"{total} tokens · {rate:.1f} tokens/s (Stop keeps them)",
-                    "info",
-                )
+                self.status.value = self.progress_text(run, total, rate, label)
                 self.stream(run, job)
             yield
         self.progress.max, self.progress.value = run_total(run), run.step_index
@@ -314,7 +317,7 @@ class LiveView(Panel):
             config=config,
             **start_kwargs,
         )
-        return self.lm.result((yield from self.drive(run, job)))
+        return (yield from self.drive(run, job)).result()
 
     # -- internals -------------------------------------------------------------------------
     def _job_to_end(self, job: Job):
@@ -341,7 +344,7 @@ class LiveView(Panel):
                 self._fail(err)
             return None
         finally:
-            if self.worker.is_current(job) and not self.worker._pending:
+            if self.worker.is_current(job) and not self.worker.pending:
                 self._busy(False)
         t2 = time.perf_counter()
         self.error = None

@@ -294,11 +294,11 @@ class Playground(LiveView):
         if self.tabs.selected_index == 1:
             self._show_plots()
         notes = [f"{len(table)} tokens", f"mode {run.mode}", f"seed {self.seed_box.value}"]
-        stopped = run.interrupted
+        stopped = run.finished_by == "interrupted"
         why = ended_text(run)
         if why:
             notes.insert(0, why)
-        warn = list(dict.fromkeys(str(w) for w in run.warnings))  # each message once
+        warn = list(dict.fromkeys(str(w) for w in run.views.warnings))  # each message once
         text = " · ".join(notes) + ("\n" + "\n".join(warn) if warn else "")
         self.status.value = message(text, "warn" if stopped or warn else "ok")
 
@@ -339,7 +339,7 @@ class Playground(LiveView):
             run.force(token)
         while not run.finished:
             run.step()
-        branch = self.lm.result(run)
+        branch = run.result()
         self.branches.append(branch)
         table = token_table(branch)
         self.branch_view.value = (

@@ -173,12 +173,12 @@ class InsideView(LiveView):
             off()
         if run.step_index == 0:
             raise ValueError("stopped before the first token: nothing to attribute")
-        result = self.lm.result(run)
+        result = run.result()
         yield  # a newer request may land before the gradient passes
         if job.cancelled.is_set() and not job.stopped:
             raise Cancelled
         attribution = attribute(result, method=self.method_box.value, n_steps=8)
-        return result, vector, attribution, strength, point, bool(run.interrupted)
+        return result, vector, attribution, strength, point, run.finished_by == "interrupted"
 
     def render(self, data) -> None:
         """Show ``data`` (what :meth:`compute` returns): the text, the heatmap, the sources."""

@@ -116,6 +116,11 @@ class Worker:
         return job is not None and not job.done.is_set()
 
     @property
+    def pending(self) -> bool:
+        """True while a debounced request waits for its timer (it has not started yet)."""
+        return self._pending
+
+    @property
     def mode(self) -> str:
         """'loop' when a request made here now would run on the event loop, else 'thread'."""
         return "loop" if running_loop() is not None else "thread"

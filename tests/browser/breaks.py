@@ -122,13 +122,13 @@ def apply() -> list[str]:
     if "stop" in names:
         debugger.StepDebugger.stop = lambda self: None
     if "force" in names:
-        old_force = debugger.StepDebugger.force
+        old_take = debugger.StepDebugger.take
 
-        def force(self, token):
+        def take(self, token):
             self._forced_spans.clear()
-            return old_force(self, token)
+            return old_take(self, token)
 
-        debugger.StepDebugger.force = force
+        debugger.StepDebugger.take = take
     if "queue" in names:
         old_draw = debugger.StepDebugger._draw
 
@@ -165,7 +165,7 @@ def apply() -> list[str]:
 
         fields.NumberControl.read = read
     if "branch" in names:  # an alternative clicked is forced in place, or nothing
-        debugger.StepDebugger.branch = lambda self, token: self.force(token)
+        debugger.StepDebugger.branch = lambda self, token: self.take(token)
         playground.Playground.branch = lambda self, position, token: None
     if "zero" in names:  # a candidate of probability 0 offered again
         old_current = debugger.StepDebugger._render_current

@@ -49,7 +49,7 @@ def build(tmp: Path) -> dict[str, Path]:
     dbg.step(4)
     dbg.branch(next(b.token_id for b in dbg.alt_buttons if b.token_id is not None))
     dbg.step(6)
-    dbg.force(" and Marseille")
+    dbg.take(" and Marseille")
     dbg.select_run(0)
     dbg.step(24)
     dbg.continue_from(0, 2)
