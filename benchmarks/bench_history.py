@@ -46,8 +46,8 @@ def rewind_bytes(run) -> int:
     """Bytes kept for rewinding: the history object (new) or the snapshots (before)."""
     seen = {id(run.state.strategy), id(run.state.plan), id(run.state.cache)}
     seen |= {id(run.given.model)}
-    if hasattr(run, "_history") and run._history is not None and hasattr(run._history, "entries"):
-        return deep_size(run._history.entries, seen)
+    if getattr(run, "timeline", None) is not None:
+        return deep_size(run.timeline.entries, seen)
     return deep_size(getattr(run, "_snapshots", []), seen)
 
 
