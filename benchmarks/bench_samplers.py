@@ -10,20 +10,25 @@ per sampler on its own.
 3. Each sampler alone on one step's logits (vocabulary 49,152) after a 256-token history:
    µs per call.
 
-Steps: alternating repeats, the median of each; single calls (2, 3): the fastest of 20,
-which a busy machine disturbs least. Run from the repository root:
-``python benchmarks/bench_samplers.py``.
+Steps (1, 2): the three runs (none on, none on without the binding, all on) stepped in
+turn, one step each, the order going through every permutation, so that a load which comes
+and goes on a shared machine falls on all three alike; the median of 5 x 24 steps each,
+every forward pass computed (no forward cache). Single calls (3, and the processors of one
+real step): the fastest of 20, which a busy machine disturbs least. Run from the repository
+root: ``python benchmarks/bench_samplers.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import statistics
 import time
 
 import torch
 
 import genlab
+import genlab.engine
 from genlab.processors import samplers as S
 from genlab.strategies import base as strategy_base
 
@@ -43,50 +48,87 @@ ALL_ON = dict(
 )
 
 
-def ms_per_step(lm, **fields) -> float:
-    run = lm.start(PROMPT, max_new_tokens=STEPS + 1, do_sample=True, seed=0, **fields)
-    run.step()  # the prompt's forward pass is not a decoding step
-    start = time.perf_counter()
-    for _ in range(STEPS):
-        run.step()
-    return (time.perf_counter() - start) / STEPS * 1e3
+def _run(lm, **fields):
+    """A sampled run of PROMPT that computes every forward pass (``genlab.start`` keeps
+    no forward cache: ``lm.start``'s would serve the repeats' identical steps)."""
+    ids, mask = lm.encode(PROMPT)
+    return genlab.start(
+        lm.model,
+        input_ids=ids,
+        attention_mask=mask,
+        tokenizer=lm.tokenizer,
+        max_new_tokens=STEPS + 1,
+        do_sample=True,
+        seed=0,
+        **fields,
+    )
 
 
 @contextlib.contextmanager
 def without_binding():
-    saved = strategy_base.drawing_from
-    strategy_base.drawing_from = lambda random: contextlib.nullcontext()
+    # the binding is made by the engine around process and select (every mode), and by
+    # the token-by-token strategies' process
+    modules = (strategy_base, genlab.engine)
+    saved = [m.drawing_from for m in modules]
+    for m in modules:
+        m.drawing_from = lambda random: contextlib.nullcontext()
     try:
         yield
     finally:
-        strategy_base.drawing_from = saved
+        for m, fn in zip(modules, saved, strict=True):
+            m.drawing_from = fn
 
 
-def _unbound(lm) -> float:
-    with without_binding():
-        return ms_per_step(lm)
+def step_times(lm, variants: dict) -> dict[str, list[float]]:
+    """ms per step of each variant (``name: (fields, context)``), the variants' runs
+    stepped in turn, one step each, the turn's order going through every permutation (so
+    that each variant follows each other one equally often: a step after the all-on one
+    finds the processor caches cold): a load that comes and goes on a shared machine falls
+    on all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    orders = list(itertools.permutations(variants))
+    for _ in range(REPEATS):
+        runs = {name: _run(lm, **fields) for name, (fields, _) in variants.items()}
+        for name, run in runs.items():
+            with variants[name][1]():
+                run.step()  # the prompt's forward pass is not a decoding step
+        for i in range(STEPS):
+            for name in orders[i % len(orders)]:
+                with variants[name][1]():
+                    start = time.perf_counter()
+                    runs[name].step()
+                    times[name].append((time.perf_counter() - start) * 1e3)
+    return times
 
 
 def main() -> None:
     torch.set_num_threads(2)
     lm = genlab.load("demo")
     run = lm.start(PROMPT, do_sample=True)
-    names = [type(p).__name__ for p in run.views.processors]
+    names = [type(p).__name__ for p in run.processors]
     print(f"default sampled config builds {names} (the reference's: top_k only)")
-    ms_per_step(lm)  # warm-up
-
-    plain, unbound, every = [], [], []
-    for i in range(REPEATS):  # alternating, and the order reversed every other time
-        jobs = [
-            (plain, lambda: ms_per_step(lm)),
-            (unbound, lambda: _unbound(lm)),
-            (every, lambda: ms_per_step(lm, **ALL_ON)),
-        ]
-        for sink, job in jobs if i % 2 == 0 else jobs[::-1]:
-            sink.append(job())
-    p, u, a = (statistics.median(x) for x in (plain, unbound, every))
+    step_times(lm, {"warm-up": ({}, contextlib.nullcontext)})
+    times = step_times(
+        lm,
+        {
+            "none on": ({}, contextlib.nullcontext),
+            "unbound": ({}, without_binding),
+            "all on": (ALL_ON, contextlib.nullcontext),
+        },
+    )
+    p, u, a = (statistics.median(times[k]) for k in ("none on", "unbound", "all on"))
+    n = len(times["none on"])
+    print(f"median of {n} steps each, the three runs stepped in turn")
     print(f"none on: {p:.1f} ms/step; without the random-source binding {u:.1f}: ratio {p / u:.3f}")
     print(f"all on:  {a:.1f} ms/step: {a / p:.2f}x none on (+{a - p:.1f} ms)")
+    # the binding alone, which a step's timing cannot resolve: two per step (process, select)
+    source = _run(lm).random
+    start = time.perf_counter()
+    for _ in range(100_000):
+        with S.drawing_from(source):
+            pass
+    each = (time.perf_counter() - start) / 100_000 * 1e6
+    print(f"binding: {each:.2f} µs each, 2 per step: {2 * each / (p * 1e3):.5%} of a none-on step")
 
     # the processors alone, on the logits of a real step, 32 tokens into the run
     for label, fields in (("none on", {}), ("all on", ALL_ON)):
@@ -99,9 +141,9 @@ def main() -> None:
         times = []
         for _ in range(20):
             start = time.perf_counter()
-            run.views.processors(ids, logits)
+            run.processors(ids, logits)
             times.append(time.perf_counter() - start)
-        stages = [type(x).__name__ for x in run.views.processors]
+        stages = [type(x).__name__ for x in run.processors]
         print(f"processors, {label}: {min(times) * 1e3:.2f} ms per step (fastest of 20) {stages}")
 
     vocab = lm.model.info.vocab_size
