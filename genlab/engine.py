@@ -19,7 +19,8 @@ observes the hook points like any other hook.
 
 The Run's other parts have modules of their own: its set-up stages (:mod:`genlab.plan`
 lists them), its :class:`~genlab.records.Step` records and output
-(:mod:`genlab.records`), and rewinding and forking (:mod:`genlab.branches`).
+(:mod:`genlab.records`), its timeline for rewinding and replaying (:mod:`genlab.history`),
+what a fork copies (:mod:`genlab.branches`) and its result (:mod:`genlab.result`).
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ class Run:
 
     Create it with :func:`start` or ``lm.start(...)`` (same arguments as :func:`generate`,
     plus ``trace``, ``seed`` and ``keep_history``). A run has three parts: ``given`` (what
-    it was given), ``state`` (what a step changes) and its history (for :meth:`rewind`).
+    it was given), ``state`` (what a step changes) and its ``timeline`` (for
+    :meth:`rewind`); ``views`` reads them.
     ``run.config`` is the GenerationConfig to edit between steps; any change takes effect
     at the next step, or that step is refused with a ValueError and nothing changes.
 
