@@ -171,9 +171,12 @@ def beam_tree(
     )
     note = SCORE_NOTES.get(score, f"number in each box = {score.replace('_', ' ')}")
     note = note.format(lp=f", length_penalty = {lp:g}" if isinstance(lp, (int, float)) else "")
-    note = textwrap.fill(note, int(width * 12))
+    # every line of the caption wrapped to the figure's width: at steps 0-1 the figure is
+    # narrow, and a centred line wider than it was cut on both sides
+    chars = int(width * 12)
+    head = "step (generated token); candidates of a step ranked top to bottom, beams first"
     axes[-1].set_xlabel(
-        "step (generated token); candidates of a step ranked top to bottom, beams first\n" + note,
+        textwrap.fill(head, chars) + "\n" + textwrap.fill(note, chars),
         fontsize=NODE_FONT + 1,
     )
     fig.suptitle(

@@ -24,6 +24,14 @@ import pandas as pd
 
 from ..config import GenerationConfig
 from .base import FOCUS_CSS, figure_image, scroll_box, title_html
+from .branching import (
+    BranchPicker,
+    branch_html,
+    continue_with,
+    result_alternatives,
+    result_text_html,
+    stepwise_trace,
+)
 from .config_panel import ConfigPanel
 from .live import LiveView, initial_config, limits_of
 from .playground import result_html, token_table
@@ -116,6 +124,15 @@ class CompareView(LiveView):
         self.plot_image = figure_image()
         self.plot_png = b""
         self.summary_view = widgets.HTML()
+        #: click to branch: an alternative of a token of the chosen column continues that
+        #: column's text from there, in a run of its own (the columns stay)
+        self.branch_column = widgets.Dropdown(
+            options=list(self.panels), description="column", layout=widgets.Layout(width="220px")
+        )
+        self.picker = BranchPicker(self, self.alternatives, self._branch,
+                                   before=[self.branch_column])  # fmt: skip
+        self.branch_column.observe(lambda _: self.guard(self._reset_picker), names="value")
+        self.branches = self.picker.branches
         title = title_html("compare", lm)
         super().__init__(
             [
@@ -126,6 +143,7 @@ class CompareView(LiveView):
                 self.controls_row(),
                 widgets.HTML(prob_legend()),
                 widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")),
+                self.picker.widget,
                 self.summary_view,
                 scroll_box(self.plot_image),
             ]
@@ -134,6 +152,43 @@ class CompareView(LiveView):
         self.add_class("genlab-panel")
         if run:
             self.update(sync=True)
+
+    # -- click to branch ------------------------------------------------------------------
+    def _reset_picker(self) -> None:
+        table = self.tables.get(self.branch_column.value)
+        self.picker.reset(0 if table is None else len(table))
+
+    def alternatives(self, position: int) -> list[tuple[int, str, float]]:
+        """(token id, token, probability) of the tokens that could have come at
+        ``position`` of the chosen column's text instead, best first."""
+        result = self.results.get(self.branch_column.value)
+        return result_alternatives(stepwise_trace(result), position)
+
+    def branch(self, label: str, position: int, token):
+        """Continue column ``label``'s text from token ``position`` with ``token`` (an id
+        or a text) instead, under its settings and the seed: a run of its own (the
+        columns stay). Returns its GenerationResult, appended to ``branches``."""
+        if label not in self.tables:
+            raise ValueError(f"column must be one of {list(self.tables)}, got {label!r}")
+        table = self.tables[label]
+        if not isinstance(position, int) or not 0 <= position < len(table):
+            raise ValueError(
+                f"position must be a token of the text, 0-{len(table) - 1}, got {position!r}"
+            )
+        branch = continue_with(
+            self.lm, self.prompt_box.value, chat=self.chat_box.value, seed=self.seed,
+            config=self.panels[label].config, kept=table.token_id[:position], token=token,
+        )  # fmt: skip
+        self.branches.append(branch)
+        self.picker.view.value = branch_html(
+            len(self.branches), position, f"{label}, token",
+            result_text_html(branch, position, self.lm),
+        )  # fmt: skip
+        return branch
+
+    def _branch(self, position: int, token: int) -> str:
+        self.branch(self.branch_column.value, position, token)
+        return self.picker.view.value
 
     def texts(self) -> dict[str, str]:
         """The generated text of each column."""
@@ -154,7 +209,8 @@ class CompareView(LiveView):
             f"<b>genlab compare</b> &middot; {html.escape(str(self.lm.name))}"
             f"<div><i>prompt</i>: {html.escape(str(self.prompt_box.value))}</div>"
             f'{prob_legend()}<div style="display:flex;flex-wrap:wrap">{columns}</div>'
-            f"{self.summary_view.value}{png_html(self.plot_png, 'log-probs')}</div>"
+            f"{self.picker.view.value}{self.summary_view.value}"
+            f"{png_html(self.plot_png, 'log-probs')}</div>"
         )
 
     # -- LiveView ------------------------------------------------------------------------
@@ -179,6 +235,7 @@ class CompareView(LiveView):
             )
         self.results, self.tables, self.divergence = results, tables, diverge
         self.result = results
+        self._reset_picker()
         rows = [
             {
                 "config": label,

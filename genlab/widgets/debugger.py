@@ -43,6 +43,7 @@ from .base import (
     scroll_box,
     title_html,
 )
+from .branching import AlternativeButtons
 from .config_panel import ConfigPanel
 from .live import (
     LiveView,
@@ -242,11 +243,10 @@ class StepDebugger(LiveView):
         self.forced_view = widgets.HTML()
         #: click to branch: one button per alternative of the current step (a fork takes
         #: it; mouse or Tab + Enter), a fixed set whose labels follow the step
-        self.alt_buttons = [button(" ") for _ in range(ALTERNATIVE_BUTTONS)]
-        for b in self.alt_buttons:
-            b.add_class("genlab-alternative")
-            b.on_click(lambda btn: self._click(self.branch, btn.token_id))
-        self.alt_label = widgets.HTML("continue with:")
+        self.alternative_row = AlternativeButtons(
+            lambda token_id: self._click(self.branch, token_id), ALTERNATIVE_BUTTONS
+        )
+        self.alt_buttons, self.alt_label = self.alternative_row.buttons, self.alternative_row.label
         self.tree = BranchTree(
             lambda: self.runs,
             lm.tokenizer,
@@ -285,7 +285,7 @@ class StepDebugger(LiveView):
             self.progress,
         )
         forcing = controls_row(self.candidates, self.token_box, self.take_button)
-        branching = controls_row(self.alt_label, *self.alt_buttons)
+        branching = self.alternative_row.row
         self.figure_box = scroll_box(self.waterfall_image)
         self.figure_note = widgets.HTML()
         self.tabs = widgets.Tab(
@@ -798,21 +798,13 @@ class StepDebugger(LiveView):
 
     def _show_alternatives(self, alternatives: list[tuple[int, str, float]]) -> None:
         """Label the click-to-branch buttons with the current step's alternatives."""
-        padded = (alternatives + [None] * len(self.alt_buttons))[: len(self.alt_buttons)]
-        for b, alt in zip(self.alt_buttons, padded, strict=True):
-            if alt is None:
-                b.layout.display = "none"
-                b.token_id = None
-                continue
-            tid, tok, p = alt
-            b.token_id = tid
-            b.description = f"{show_token(tok)} {prob_text(p)}"
-            b.tooltip = (
-                f"continue with {show_token(tok)} (p={prob_text(p)}) at step "
-                f"{self.current_step}: a fork, this run stays"
-            )
-            b.layout.display = None
-        self.alt_label.layout.display = None if alternatives else "none"
+        step = self.current_step
+        self.alternative_row.show(
+            [(tid, show_token(tok), p) for tid, tok, p in alternatives],
+            lambda tok, p: (
+                f"continue with {tok} (p={prob_text(p)}) at step {step}: a fork, this run stays"
+            ),
+        )
 
     def _show_tree(self) -> None:
         """The Branches tab, drawn while it is shown."""

@@ -26,6 +26,7 @@ from ..config import GenerationConfig, SynthIDTextWatermarkingConfig, Watermarki
 from ..tokens import shown
 from ..trace import Tracer
 from .base import FOCUS_CSS, figure_image, scroll_box, title_html
+from .branching import BranchPicker, branch_html, continue_with, plain_text_html
 from .config_panel import ConfigPanel
 from .live import LiveView, initial_config, limits_of
 from .render import frame_html, message, png_html, show_figure
@@ -174,12 +175,21 @@ class WatermarkExplorer(Explorer):
         self.position.observe(lambda _: self._guarded_greenlist(), names="value")
         self.greenlist_image = figure_image()
         self.greenlist_view = widgets.HTML()
+        #: click to branch: a token of the green list continues the text from the
+        #: position, watermarked as before, in a run of its own (this result stays)
+        self.picker = BranchPicker(self, self.alternatives, self._branch, at=self.position)
+        self.branches = self.picker.branches
         tabs = widgets.Tab(
             children=[
                 widgets.VBox([self.text_view, self.detection_view]),
                 scroll_box(self.z_image),
                 widgets.VBox(
-                    [self.position, scroll_box(self.greenlist_image), self.greenlist_view]
+                    [
+                        self.position,
+                        self.picker.widget,
+                        scroll_box(self.greenlist_image),
+                        self.greenlist_view,
+                    ]
                 ),
                 self.panel,
             ],
@@ -199,7 +209,7 @@ class WatermarkExplorer(Explorer):
         return (
             f'<div class="genlab-static">{self._static_head()}'
             f"{self.text_view.value}{self.detection_view.value}"
-            f"{png_html(self.z_png, 'running z')}</div>"
+            f"{png_html(self.z_png, 'running z')}{self.picker.view.value}</div>"
         )
 
     # -- LiveView ------------------------------------------------------------------------
@@ -272,6 +282,7 @@ class WatermarkExplorer(Explorer):
         self.position.max = max(0, len(colours) - 1)
         self.position.value = min(self.position.value, self.position.max)
         self.show_greenlist()
+        self.picker.reset(len(colours))
         self.status.value = message(
             f"z = {z[0]:.2f} with the watermark ({verdict[0]}), {z[1]:.2f} without "
             f"({verdict[1]}); threshold {Z_THRESHOLD:g}, generated tokens only",
@@ -321,6 +332,50 @@ class WatermarkExplorer(Explorer):
             self.show_greenlist()
         except Exception as err:  # shown in the widget
             self._fail(err)
+
+    # -- click to branch ------------------------------------------------------------------
+    def alternatives(self, position: int) -> list[tuple[int, str, float]]:
+        """(token id, token, probability after the bias) of the green list's tokens at
+        generated ``position`` other than the one taken, most likely first."""
+        table = self.greenlist
+        if table is None or self.result is None or position != self.position.value:
+            return []
+        rows = table[~table.chosen & (table.prob_after > 0)].sort_values(
+            "prob_after", ascending=False, kind="stable"
+        )
+        pairs = zip(rows.id, rows.token, rows.prob_after, strict=True)
+        return [(int(i), str(t), float(p)) for i, t, p in pairs][:5]
+
+    def branch(self, position: int, token):
+        """Continue the watermarked text from generated ``position`` with ``token`` (an
+        id or a text) instead, under the same settings and seed: a run of its own (this
+        result stays). Returns its GenerationResult, appended to ``branches``."""
+        from .watermark_html import watermark_html
+
+        if self.result is None:
+            raise ValueError("no result yet: generate first, then click an alternative")
+        n = self.result.prompt_length
+        generated = self.result.sequences[0, n:].tolist()
+        if not isinstance(position, int) or not 0 <= position < len(generated):
+            raise ValueError(
+                f"position must be a generated position 0-{len(generated) - 1}, got {position!r}"
+            )
+        branch = continue_with(
+            self.lm, self.prompt_box.value, chat=self.chat_box.value, seed=self.seed,
+            config=self.panel.config, kept=generated[:position], token=token,
+        )  # fmt: skip
+        self.branches.append(branch)
+        wm = branch.run.config.watermarking_config
+        info, tok = self.lm.info, self.lm.tokenizer
+        colours = generated_colours(branch.sequences[0], n, wm, tok, info.vocab_size)
+        self.picker.view.value = branch_html(
+            len(self.branches), position, "position", watermark_html(colours).html
+        )
+        return branch
+
+    def _branch(self, position: int, token: int) -> str:
+        self.branch(position, token)
+        return self.picker.view.value
 
 
 #: the early_stopping rules, as the Early stop tab names them
@@ -419,9 +474,16 @@ class BeamExplorer(Explorer):
         self.candidates_view = widgets.HTML()
         self.pool_view = widgets.HTML()
         self.early_view = widgets.HTML()
+        #: click to branch: a candidate of the shown step continues the beam search from
+        #: its text (prompt + that beam's tokens + it), a run of its own (this one stays)
+        self.picker = BranchPicker(self, self.alternatives, self._branch, at=self.step_slider,
+                                   what="step")  # fmt: skip
+        self.branches = self.picker.branches
         tabs = widgets.Tab(
             children=[
-                widgets.VBox([scroll_box(self.tree_image), self.candidates_view]),
+                widgets.VBox(
+                    [scroll_box(self.tree_image), self.picker.widget, self.candidates_view]
+                ),
                 self.pool_view,
                 self.early_view,
                 self.panel,
@@ -442,7 +504,7 @@ class BeamExplorer(Explorer):
         return (
             f'<div class="genlab-static">{self._static_head()}'
             f"{self.outcome_view.value}{png_html(self.tree_png, 'beam tree')}"
-            f"{self.candidates_view.value}{self.early_view.value}</div>"
+            f"{self.candidates_view.value}{self.picker.view.value}{self.early_view.value}</div>"
         )
 
     # -- LiveView ------------------------------------------------------------------------
@@ -473,6 +535,7 @@ class BeamExplorer(Explorer):
             self.show_step(last)
         else:
             self.step_slider.value = last  # the observer shows it
+        self.picker.reset(last + 1)
         self.status.value = message(f"{last + 1} steps · mode {result.run.mode}", "ok")
 
     # -- one step ---------------------------------------------------------------------------
@@ -530,6 +593,52 @@ class BeamExplorer(Explorer):
             + frame_html(early_for_people(self.early))
         )
         return self.candidates
+
+    # -- click to branch ------------------------------------------------------------------
+    def _candidates_at(self, step: int) -> pd.DataFrame:
+        if self.tree is None or step != self.step_slider.value:
+            return self.tree.iloc[:0] if self.tree is not None else pd.DataFrame()
+        return self.tree[self.tree.step == step].sort_values("rank", kind="stable").head(5)
+
+    def alternatives(self, step: int) -> list[tuple[int, str, float]]:
+        """(row of ``tree``, token, probability given its beam) of the 5 best-ranked
+        candidates of ``step``: each can be continued from."""
+        import math
+
+        at = self._candidates_at(step)
+        return [
+            (int(i), shown(self.lm.tokenizer, int(t)), math.exp(float(lp)))
+            for i, t, lp in zip(at.index, at.token_id, at.token_logprob, strict=True)
+        ]
+
+    def branch(self, step: int, candidate: int):
+        """Continue the beam search from candidate ``candidate`` (a row of ``tree``) of
+        ``step``: its beam's tokens and its own become part of the input, under the same
+        settings and seed; a run of its own (this result stays). Returns its
+        GenerationResult, appended to ``branches``."""
+        import torch as _torch
+
+        if self.result is None or self.tree is None:
+            raise ValueError("no result yet: generate first, then click a candidate")
+        if candidate not in self.tree.index or int(self.tree.step[candidate]) != step:
+            raise ValueError(f"candidate {candidate!r} is not a candidate of step {step}")
+        row = self.tree.loc[candidate]
+        path = [*self._paths.get(int(row.parent_node), []), int(row.token_id)]
+        n = self.result.prompt_length
+        ids = [*self.result.sequences[0, :n].tolist(), *path]
+        branch = continue_with(
+            self.lm, _torch.tensor([ids]), chat=False, seed=self.seed,
+            config=self.panel.config, kept=[], token=None,
+        )  # fmt: skip
+        self.branches.append(branch)
+        tok = self.lm.tokenizer
+        body = plain_text_html(tok.decode(path) + branch.texts[0])
+        self.picker.view.value = branch_html(len(self.branches), step, "step", body)
+        return branch
+
+    def _branch(self, step: int, candidate: int) -> str:
+        self.branch(step, candidate)
+        return self.picker.view.value
 
     def _text(self, node: int, token_id: int) -> str:
         ids = self._paths.get(int(node)) if node >= 0 else None

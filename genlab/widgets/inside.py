@@ -25,6 +25,14 @@ from ..engine import Run
 from ..inside import attention, logit_lens
 from ..plots.inside import attention_heatmap, focused_head, lens_heatmap
 from .base import FOCUS_CSS, error_text, figure_image, scroll_box, title_html
+from .branching import (
+    BranchPicker,
+    branch_html,
+    continue_with,
+    result_alternatives,
+    result_text_html,
+    stepwise_trace,
+)
 from .live import Cancelled, LiveView, initial_config, start_run
 from .render import figure_png, frame_html, message, png_html, text_block, token_spans
 from .worker import Job
@@ -115,6 +123,11 @@ class LensView(LiveView):
         for w in (self.layer_slider, self.head_slider):  # choosing a head: no longer "auto"
             w.observe(lambda _: self._chose_head(), names="value")
         self._quiet = False
+        #: click to branch: an alternative of the chosen step continues the text from
+        #: there, in a run of its own (this one stays); not for a given run (no LM)
+        self.picker = BranchPicker(self, self.alternatives, self._branch, at=self.step_slider,
+                                   what="step")  # fmt: skip
+        self.branches = self.picker.branches
         lens_tab = widgets.VBox([scroll_box(self.lens_image), self.lens_table])
         att_tab = widgets.VBox([
             widgets.HBox([self.layer_slider, self.head_slider, self.auto_head],
@@ -135,7 +148,14 @@ class LensView(LiveView):
         else:
             top = [title_html("logit lens", None), self.status]
         super().__init__(
-            [widgets.HTML(FOCUS_CSS), *top, self.text_view, self.step_slider, self.tabs]
+            [
+                widgets.HTML(FOCUS_CSS),
+                *top,
+                self.text_view,
+                self.step_slider,
+                self.picker.widget,
+                self.tabs,
+            ]  # fmt: skip
         )
         self.add_class("genlab-lens-view")
         self.add_class("genlab-panel")
@@ -217,6 +237,41 @@ class LensView(LiveView):
             "layers and its attention", "warn" if stopped else "info"
         )  # fmt: skip
         self._update_step()
+        self.picker.reset(n)
+
+    # -- click to branch ------------------------------------------------------------------
+    def alternatives(self, step: int) -> list[tuple[int, str, float]]:
+        """(token id, token, probability) of the tokens that could have come at generated
+        ``step`` instead (the model's output: the last layer), best first; none for a
+        given run (no LM to continue with)."""
+        if self.lm is None:
+            return []
+        return result_alternatives(stepwise_trace(self.source), step)
+
+    def branch(self, step: int, token):
+        """Continue from generated ``step`` with ``token`` (an id or a text) instead,
+        under the same settings and seed: a run of its own (this one stays). Returns its
+        GenerationResult, appended to ``branches``."""
+        if self.lm is None or self.source is None:
+            raise ValueError("no generation to continue: this view shows a given run")
+        run = getattr(self.source, "run", self.source)
+        generated = run.sequences[0, run.prompt_length :].tolist()
+        if not isinstance(step, int) or not 0 <= step < len(generated):
+            raise ValueError(f"step must be a generated step 0-{len(generated) - 1}, got {step!r}")
+        branch = continue_with(
+            self.lm, self._prompt(), chat=self.chat_box.value, seed=self.seed,
+            config=initial_config(self.lm, None, **self.config), kept=generated[:step],
+            token=token,
+        )  # fmt: skip
+        self.branches.append(branch)
+        self.picker.view.value = branch_html(
+            len(self.branches), step, "step", result_text_html(branch, step, self.lm)
+        )
+        return branch
+
+    def _branch(self, step: int, token: int) -> str:
+        self.branch(step, token)
+        return self.picker.view.value
 
     def select(self, step: int, layer: int | None = None, head: int | None = None) -> None:
         """Show generated step ``step`` (and, for the attention, ``layer``/``head``; None:
@@ -239,7 +294,8 @@ class LensView(LiveView):
         step = self.step_slider.value
         return (
             f'<div class="genlab-static"><b>genlab logit lens</b>{self.status.value}'
-            f"{self.text_view.value}<div><b>Logit lens</b> (step {step})</div>"
+            f"{self.text_view.value}{self.picker.view.value}"
+            f"<div><b>Logit lens</b> (step {step})</div>"
             f"{png_html(self.lens_png, 'logit lens')}{self.lens_table.value}"
             f"<div><b>Attention</b> (step {step})</div>"
             f"{png_html(self.attention_png, 'attention')}{self.attention_table.value}</div>"

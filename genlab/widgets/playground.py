@@ -29,11 +29,11 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..config import GenerationConfig, GenerationMode
-from ..plots.tokens import candidates
 from ..tokens import running_pieces, show_token
-from .base import FOCUS_CSS, button, controls_row, figure_image, scroll_box, title_html
+from .base import FOCUS_CSS, figure_image, scroll_box, title_html
+from .branching import BranchPicker, branch_html, continue_with, result_alternatives
 from .config_panel import ConfigPanel
-from .live import LiveView, ended_text, initial_config, limits_of, start_run
+from .live import LiveView, ended_text, initial_config, limits_of
 from .render import (
     END_MARK,
     frame_html,
@@ -169,21 +169,12 @@ class Playground(LiveView):
             value=0, min=0, max=0, description="position", continuous_update=False
         )
         self.topk_image = figure_image()
-        #: click to branch: the alternatives of the token at ``branch_at`` as buttons (a
-        #: click continues from there with it, in a run of its own: the result stays)
-        self.branches: list = []
-        self.branch_at = widgets.IntSlider(
-            value=0, min=0, max=0, description="token", continuous_update=False,
-            layout=widgets.Layout(width="260px"),
-        )  # fmt: skip
-        self.branch_at.observe(lambda _: self.guard(self._show_alternatives), names="value")
-        self.alt_buttons = [button(" ") for _ in range(BRANCH_BUTTONS)]
-        for b in self.alt_buttons:
-            b.add_class("genlab-alternative")
-            b.token_id = None
-            b.on_click(lambda btn: self._branch_clicked(btn))
-        self.branch_view = widgets.HTML()
-        self.alt_label = widgets.HTML("continue with:")
+        #: click to branch (genlab.widgets.branching): the alternatives of the token at
+        #: ``branch_at`` as buttons; a click continues from there in a run of its own
+        self.picker = BranchPicker(self, self.alternatives, self._branch_view, BRANCH_BUTTONS)
+        self.branches, self.branch_at = self.picker.branches, self.picker.at
+        self.alt_buttons, self.alt_label = self.picker.buttons, self.picker.label
+        self.branch_view = self.picker.view
 
         self.panel.on_change(lambda panel, names: self.on_input())
         self.position.observe(lambda _: self._show_topk(), names="value")
@@ -206,12 +197,7 @@ class Playground(LiveView):
                 scroll_box(self.topk_image),
             ]
         )
-        branching = widgets.VBox(
-            [
-                controls_row(self.alt_label, self.branch_at, *self.alt_buttons),
-                self.branch_view,
-            ]
-        )
+        branching = self.picker.widget
         self.tabs = widgets.Tab(
             children=[widgets.VBox([branching, self.table_view]), plots],
             titles=["Tokens", "Plots"],
@@ -219,7 +205,8 @@ class Playground(LiveView):
         self.tabs.observe(lambda _: self._show_plots(), names="selected_index")
         results = widgets.VBox(
             [self.text_view, widgets.HTML(prob_legend()), self.tabs],
-            layout=widgets.Layout(flex="1 1 420px", min_width="0", max_width="100%"),
+            # 600 px at least beside the settings (else above them): the Tokens table fits
+            layout=widgets.Layout(flex="1 1 600px", min_width="0", max_width="100%"),
         )
         self.panel.layout = widgets.Layout(flex="0 1 720px", min_width="0", max_width="100%")
         body = widgets.HBox([results, self.panel], layout=widgets.Layout(flex_flow="row wrap"))
@@ -287,10 +274,7 @@ class Playground(LiveView):
         self._plots_shown = False
         self.position.max = max(0, len(table) - 1)
         self.position.value = min(self.position.value, self.position.max)
-        self.branch_view.value = ""  # a branch of the last result: not of this one
-        self.branch_at.max = max(0, len(table) - 1)
-        self.branch_at.value = min(self.branch_at.value, self.branch_at.max)
-        self._show_alternatives()
+        self.picker.reset(len(table))  # a branch of the last result: not of this one
         if self.tabs.selected_index == 1:
             self._show_plots()
         notes = [f"{len(table)} tokens", f"mode {run.mode}", f"seed {self.seed_box.value}"]
@@ -307,16 +291,7 @@ class Playground(LiveView):
         """(token id, token, probability) of the tokens that could have come at
         ``position`` of the result instead of the one taken, best first (none for beam
         search: its tokens have no single distribution each)."""
-        trace = self._plottable()
-        if trace is None or not 0 <= position < len(trace):
-            return []
-        final = candidates(trace, position, stage="final", k=BRANCH_BUTTONS + 1)
-        return [
-            (int(i), show_token(t), float(p))
-            for t, p, i, c in zip(final.token, final.prob, final.token_id, final.chosen,
-                                  strict=True)
-            if not c
-        ][:BRANCH_BUTTONS]  # fmt: skip
+        return result_alternatives(self._plottable(), position, BRANCH_BUTTONS)
 
     def branch(self, position: int, token):
         """Continue from token ``position`` of the result with ``token`` (an id or a
@@ -329,48 +304,24 @@ class Playground(LiveView):
         n = len(self.table)
         if not isinstance(position, int) or not 0 <= position < n:
             raise ValueError(f"position must be a token of the result, 0-{n - 1}, got {position!r}")
-        kept = [int(i) for i in self.table.token_id[:position]]
-        run = start_run(
+        branch = continue_with(
             self.lm, self.prompt_box.value, chat=self.chat_box.value, seed=self.seed,
-            config=self.panel.config, trace_depth=self.trace_depth,
+            config=self.panel.config, kept=self.table.token_id[:position], token=token,
+            trace_depth=self.trace_depth,
         )  # fmt: skip
-        run.force(kept + ([token] if isinstance(token, int) else []))
-        if not isinstance(token, int):
-            run.force(token)
-        while not run.finished:
-            run.step()
-        branch = run.result()
         self.branches.append(branch)
-        table = token_table(branch)
-        self.branch_view.value = (
-            f"<div>branch {len(self.branches)}: from token {position} "
-            f"(the original stays above)</div>"
-            + result_html(
-                table, marks=[position], tokenizer=self.lm.tokenizer,
-                ended=run.finished_by == "eos",
-            )
-            + message(ended_text(run))
+        run = branch.run
+        self.branch_view.value = branch_html(
+            len(self.branches), position, "token",
+            result_html(token_table(branch), marks=[position], tokenizer=self.lm.tokenizer,
+                        ended=run.finished_by == "eos"),
+            ended_text(run),
         )  # fmt: skip
         return branch
 
-    def _branch_clicked(self, btn) -> None:
-        if btn.token_id is not None:
-            self.guard(self.branch, int(self.branch_at.value), int(btn.token_id))
-
-    def _show_alternatives(self) -> None:
-        alts = self.alternatives(int(self.branch_at.value)) if self.result is not None else []
-        shown = None if alts else "none"  # beam search: no single distribution per token
-        self.alt_label.layout.display = self.branch_at.layout.display = shown
-        padded = (alts + [None] * BRANCH_BUTTONS)[:BRANCH_BUTTONS]
-        for b, alt in zip(self.alt_buttons, padded, strict=True):
-            b.layout.display = "none" if alt is None else None
-            b.token_id = None if alt is None else alt[0]
-            if alt is not None:
-                b.description = f"{alt[1]} {prob_text(alt[2])}"
-                b.tooltip = (
-                    f"continue from token {self.branch_at.value} with {alt[1]} "
-                    f"(p={prob_text(alt[2])}): a run of its own, this result stays"
-                )
+    def _branch_view(self, position: int, token: int) -> str:
+        self.branch(position, token)
+        return self.branch_view.value
 
     # -- plots ---------------------------------------------------------------------------
     def _plottable(self):
