@@ -168,12 +168,17 @@ def format_number(value, digits: int = 3) -> str:
 
 
 #: spacing of the panels' tables (an HTML widget gets none of JupyterLab's table styles:
-#: without it the headers of adjacent columns run together); a row stays on one line
-#: except in its text columns (see :func:`frame_html`), and a table wider than its panel
-#: scrolls sideways in its box
+#: without it the headers of adjacent columns run together); a header sits above its
+#: cells (numbers on the right, text on the left) and breaks after an underscore, a row
+#: stays on one line except in its text columns (see :func:`frame_html`), so that a
+#: table fits 768 px; a table wider than its panel still scrolls sideways in its box
 TABLE_CSS = (
-    "<style>.genlab-table th, .genlab-table td { padding: 2px 8px; white-space: nowrap; }"
-    ".genlab-table td.genlab-wrap { white-space: normal; min-width: 12em; max-width: 28em;"
+    "<style>.genlab-table { border-collapse: collapse; }"
+    ".genlab-table th, .genlab-table td { padding: 2px 5px; white-space: nowrap;"
+    " text-align: left; vertical-align: top; }"
+    ".genlab-table th { white-space: normal; vertical-align: bottom; }"
+    ".genlab-table .genlab-num { text-align: right; }"
+    ".genlab-table td.genlab-wrap { white-space: normal; min-width: 8em; max-width: 28em;"
     " overflow-wrap: anywhere; }</style>"
 )
 
@@ -223,25 +228,40 @@ def frame_html(
         formatters=formatters,
         na_rep="",
     )
-    wrap = [i for i, c in enumerate(shown.columns) if str(c) in WRAP_COLUMNS]
+    columns = list(shown.columns)
+    wrap = [i for i, c in enumerate(columns) if str(c) in WRAP_COLUMNS]
+    numeric = {
+        i
+        for i, c in enumerate(columns)
+        if pd.api.types.is_numeric_dtype(shown[c]) and not pd.api.types.is_bool_dtype(shown[c])
+    }
     titles = titles if titles is not None else frame.attrs.get("titles") or {}
-    tips = {list(shown.columns).index(c): t for c, t in titles.items() if c in shown.columns}
-    if wrap or tips:  # mark the cells of the text columns (pandas gives cells no classes)
-        rows = table.split("<tr>")
-        n = -1
-        for r, row in enumerate(rows):
-            if "<td>" not in row:
-                continue
-            n += 1
-            cells = row.split("<td>")
-            for i in range(len(cells) - 1):
-                attrs = ' class="genlab-wrap"' if i in wrap else ""
-                tip = tips[i][n] if i in tips and n < len(tips[i]) else ""
-                if tip:
-                    attrs += f' title="{html.escape(tip)}"'
-                cells[i + 1] = f"<td{attrs}>" + cells[i + 1]
-            rows[r] = cells[0] + "".join(cells[1:])
-        table = "<tr>".join(rows)
+    tips = {columns.index(c): t for c, t in titles.items() if c in columns}
+    head, body = table.split("</thead>", 1)
+    head = head.replace('<tr style="text-align: right;">', "<tr>")
+    heads = head.split("<th>")  # a header: aligned as its cells, broken after "_"
+    for i in range(len(heads) - 1):
+        name, rest = heads[i + 1].split("</th>", 1)
+        cls = ' class="genlab-num"' if i in numeric else ""
+        heads[i + 1] = f"<th{cls}>" + name.replace("_", "_<wbr>") + "</th>" + rest
+    head = "".join(heads)
+    rows = body.split("<tr>")  # mark the cells (pandas gives cells no classes)
+    n = -1
+    for r, row in enumerate(rows):
+        if "<td>" not in row:
+            continue
+        n += 1
+        cells = row.split("<td>")
+        for i in range(len(cells) - 1):
+            classes = [c for c, on in (("genlab-wrap", i in wrap), ("genlab-num", i in numeric))
+                       if on]  # fmt: skip
+            attrs = f' class="{" ".join(classes)}"' if classes else ""
+            tip = tips[i][n] if i in tips and n < len(tips[i]) else ""
+            if tip:
+                attrs += f' title="{html.escape(tip)}"'
+            cells[i + 1] = f"<td{attrs}>" + cells[i + 1]
+        rows[r] = cells[0] + "".join(cells[1:])
+    table = head + "</thead>" + "<tr>".join(rows)
     return (
         f'<div class="genlab-frame" style="max-height:360px;max-width:100%;overflow:auto">'
         f"{TABLE_CSS}{table}</div>"
