@@ -6,7 +6,11 @@ usage: python voila_check.py ARTIFACTS_DIR
 Exit status 0 only when: the page shows the Playground (a coloured result, sliders) and the
 StepDebugger (its Step button and text) as widget views, no code and no "Error displaying
 widget"; moving the Playground's max_new_tokens slider changes its text; pressing Step in
-the StepDebugger adds a token. Screenshot: ARTIFACTS_DIR/voila_app.png.
+the StepDebugger adds a token; the Playground's Tokens table fits its box (no column cut
+at the right edge); the console has no error and no warning (issue 37: Voila's bundled
+JupyterLab 4.2.5 against widget extensions built on newer ones printed 26 "Unsatisfied
+version" warnings; pyproject.toml pins voila and the widgets to builds on 4.2.x).
+Screenshot: ARTIFACTS_DIR/voila_app.png.
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ SLIDER = f"{PLAYGROUND} .genlab-field-max_new_tokens"
 DEBUGGER = ".genlab-debugger"
 LOCAL = "//127.0.0.1:"
 OFFLINE = "net::ERR_NAME_NOT_RESOLVED"  # a resource on another host (no internet here)
+# tables wider than their box: the table's width against the box it scrolls in (a table
+# must fit: a cut column reads as missing, the scroll bar is easy to miss)
+TABLE_CUT = """(sel) => [...document.querySelectorAll(sel + ' .genlab-frame')]
+  .filter(f => f.offsetParent !== null)
+  .map(f => [f.querySelector('table').getBoundingClientRect().width, f.clientWidth])
+  .filter(([t, b]) => t > b + 1).map(([t, b]) => Math.round(t) + ' px in ' + b + ' px')"""
 CODE_SNIPPETS = ('genlab.load("demo")', "from genlab.widgets import", "Playground(lm")
 
 
@@ -104,6 +114,7 @@ def main() -> int:
                     "sliders": page.locator(f"{PLAYGROUND} .widget-slider").count(),
                     "code_shown": [c for c in CODE_SNIPPETS if c in body],
                     "error_displaying_widget": "Error displaying widget" in body,
+                    "tokens_table_cut": page.evaluate(TABLE_CUT, PLAYGROUND),
                 })  # fmt: skip
                 page.screenshot(path=str(ARTIFACTS / "voila_app.png"), full_page=True)
                 rendered = (
@@ -148,6 +159,8 @@ def main() -> int:
                 res["console_errors"] = [
                     c for c in console if c.startswith("error") and OFFLINE not in c
                 ][:5]
+                res["console_warnings"] = len([c for c in console if c.startswith("warn")])
+                res["console_warning_lines"] = [c for c in console if c.startswith("warn")][:3]
                 res["outside_requests_failed"] = outside[:5]
                 (ARTIFACTS / "voila_console.txt").write_text("\n".join(console))
                 ctx.close()
@@ -158,6 +171,7 @@ def main() -> int:
     print(json.dumps(res, indent=1))
     ok = bool(res.get("rendered") and res.get("playground_changed") and res.get("debugger_changed"))
     ok = ok and not res["console_errors"] and not res["outside_requests_failed"]
+    ok = ok and res.get("console_warnings") == 0 and res.get("tokens_table_cut") == []
     for err in res.get("console_errors", [])[:3]:  # the last lines of a CI log, in brief
         print("console:", err.splitlines()[0][:200])
     print("VOILA_APP_OK" if ok else "VOILA_APP_FAILED")
