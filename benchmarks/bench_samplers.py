@@ -105,7 +105,7 @@ def main() -> None:
     torch.set_num_threads(2)
     lm = genlab.load("demo")
     run = lm.start(PROMPT, do_sample=True)
-    names = [type(p).__name__ for p in run.processors]
+    names = [type(p).__name__ for p in run.views.processors]
     print(f"default sampled config builds {names} (the reference's: top_k only)")
     step_times(lm, {"warm-up": ({}, contextlib.nullcontext)})
     times = step_times(
@@ -141,9 +141,9 @@ def main() -> None:
         times = []
         for _ in range(20):
             start = time.perf_counter()
-            run.processors(ids, logits)
+            run.views.processors(ids, logits)
             times.append(time.perf_counter() - start)
-        stages = [type(x).__name__ for x in run.processors]
+        stages = [type(x).__name__ for x in run.views.processors]
         print(f"processors, {label}: {min(times) * 1e3:.2f} ms per step (fastest of 20) {stages}")
 
     vocab = lm.model.info.vocab_size
