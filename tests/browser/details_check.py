@@ -49,6 +49,9 @@ STATE = """d => {
 }"""
 
 
+SCROLL = "d => d.scrollIntoView({block: 'center'})"
+
+
 def expected_answers() -> int:
     cells = json.loads((ROOT / NOTEBOOK).read_text(encoding="utf-8"))["cells"]
     return sum("<details" in "".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
@@ -75,13 +78,21 @@ def check(page, view: str, root: str) -> dict:
     """Check the answers under the CSS selector ``root`` of ``page``."""
     details = page.locator(f"{root} details")
     count = details.count()
-    states = [details.nth(i).evaluate(STATE) for i in range(count)]
+    states = []
+    for i in range(count):
+        # JupyterLab skips drawing the cells out of sight (their answers have no height
+        # and cannot be clicked): bring each answer into sight before measuring it
+        details.nth(i).evaluate(SCROLL)
+        page.wait_for_timeout(200)
+        states.append(details.nth(i).evaluate(STATE))
     res = {"view": view, "answers": count, "expected": expected_answers()}
     res["closed"] = all(not s["open"] for s in states)
     res["labelled"] = all("Answer" in s["summary"] for s in states)
     res["hidden"] = all(s["body"] > 0 and not s["shown"] for s in states)
     if count:
         first = details.first
+        first.evaluate(SCROLL)
+        page.wait_for_timeout(300)
         first.locator("summary").click()
         page.wait_for_timeout(300)
         after = first.evaluate(STATE)
@@ -159,10 +170,13 @@ def main() -> int:
                                   "--ServerApp.token=", "--ServerApp.password=",
                                   "--ServerApp.allow_root=True"], port,
                                  ARTIFACTS / "details_lab.log", env))  # fmt: skip
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}", timeout=180_000)
-            page.wait_for_selector(".jp-MarkdownOutput details", timeout=180_000)
+            # ?reset: a fresh workspace, not the tabs of an earlier run (a hidden tab of
+            # another lesson would lend its answers to the check)
+            page.goto(f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?reset", timeout=180_000)
+            shown = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownOutput"
+            page.wait_for_selector(f"{shown} details", timeout=180_000)
             page.wait_for_timeout(1500)
-            results.append(check(page, "jupyterlab", ".jp-MarkdownOutput"))
+            results.append(check(page, "jupyterlab", shown))
             ctx.close()
     finally:
         for proc in servers:
