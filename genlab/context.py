@@ -12,7 +12,7 @@ operations a strategy needs:
   strategy's, ends a run);
 * :meth:`has` / :meth:`fire` / :meth:`notify` -- the hook points a strategy adds, with
   the registry's verbs (:mod:`genlab.hooks`): is anyone listening, pass a value through
-  the hooks then the observers (an extra stage ``processor.DoLa``, the
+  the hooks then the observers (an extra stage ``processor.dola``, the
   ``beam.candidates`` payload), show observers only;
 * :meth:`spawn` -- a nested run (assisted decoding's draft model).
 
@@ -27,7 +27,7 @@ import torch
 
 from .ids import position_ids_from_mask
 from .models.base import ModelOutput
-from .processors import call_processor
+from .processors import call_processor, stage_name_of
 
 
 class StepContext:
@@ -207,7 +207,8 @@ class StepContext:
         return kept.forward(run.given.model, cache, state.sequences, mask, compute)
 
     def process(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
-        """The logits processors in order; each one's result passes ``processor.<Name>``."""
+        """The logits processors in order; each one's result passes ``processor.<label>``
+        (the processor's stage label, ``processor.top_k``: :func:`stage_name_of`)."""
         run = self._run
         processors, registry = run.state.plan.processors, run.registry
         if not registry.has("processor.*"):
@@ -215,7 +216,7 @@ class StepContext:
         step = run.state.step_index
         for proc in processors:
             scores = call_processor(proc, input_ids, scores, **kwargs)
-            scores = registry.fire(f"processor.{type(proc).__name__}", scores, step)
+            scores = registry.fire(f"processor.{stage_name_of(proc)}", scores, step)
         return scores
 
     def has(self, point: str) -> bool:
@@ -226,7 +227,7 @@ class StepContext:
     def fire(self, point: str, value: Any, notify: bool = True) -> Any:
         """``value`` through the hooks at ``point`` (they may replace it, except at
         ``beam.candidates``), then shown to its observers; returns what flows on. A strategy's
-        extra stage is ``processor.<Name>`` (DoLa's ``processor.DoLa``). With
+        extra stage is ``processor.<label>`` (DoLa's ``processor.dola``). With
         ``notify=False`` observers are not shown this part; call :meth:`notify` with the
         whole stage once it is complete (group beam search fills it group by group)."""
         registry = self._run.registry

@@ -5,7 +5,7 @@
 ``step()``, ``force()``, ``rewind()`` and ``fork()`` it. One step::
 
     strategy.forward (via the step context) -> raw logits       [hook: logits]
-    strategy.process: logits processors     -> scores           [hook: processor.<Name>]
+    strategy.process: logits processors     -> scores           [hook: processor.<label>]
                                                                  [hook: scores]
     strategy.select / strategy.force        -> next tokens      [hook: select]
     append tokens, strategy bookkeeping (stopping criteria), reorder the cache for beams
@@ -493,7 +493,7 @@ class Run:
         """Temporary hooks for a ``with`` block: ``with run.hooks(logits=fn): run.step()``.
 
         mapping: ``{point: fn or [fns]}`` (for names that are not identifiers, such as
-        ``"processor.TopKLogitsWarper"`` or ``"blocks.3.hook_resid_post"``: the points inside
+        ``"processor.top_k"`` or ``"blocks.3.hook_resid_post"``: the points inside
         the built-in decoders' layers, :mod:`genlab.models.taps`); keyword arguments add
         more."""
         return self.registry.temporary(mapping, **hooks)

@@ -65,7 +65,7 @@ log-probability and probability in the processed distribution.
 ``torch.Generator`` (seeded runs and runs that keep history). torch's global generator is
 used only by plain ``generate`` calls without a seed, as in the reference.
 
-**hook point** -- a dotted name where hooks run: ``logits``, ``processor.<ClassName>``,
+**hook point** -- a dotted name where hooks run: ``logits``, ``processor.<stage label>``,
 ``scores``, ``select``, ``beam.candidates``, ``step_end``, ``finish``
 (:mod:`genlab.hooks`). A **hook** may replace the value; an **observer** (the trace, the
 widgets) only sees it. The verbs: ``add`` a hook, ``observe`` as an observer, ``has`` (is
@@ -84,12 +84,14 @@ An **intervention** is a hook there that changes the value: :func:`genlab.steer`
 **steering vector** is a difference of mean activations (:func:`genlab.steering_vector`);
 **attribution** scores earlier tokens for a generated one (:func:`genlab.attribute`).
 
-**stage** -- the scores after one processor. Its name in hook points and trace tables is
-the processor's class name (``TopKLogitsWarper``), as transformers users know it; plots
-and panels shorten it to ``TopK`` (:func:`genlab.plots.tokens.stage_name`). A genlab
-processor's ``stage_name`` (``"top_k"``) labels the processor itself (its repr, the
-processor list). The first stage is ``raw`` (the logits), the last ``final`` (the scores
-the strategy chooses from).
+**stage** -- the scores after one processor. It has one label everywhere: the hook point
+``processor.top_k``, the trace tables' ``stage`` column, the waterfall's titles, the panels,
+``sampler_order`` and the processor's repr all say ``top_k``, the config field a user types
+(the processor's ``stage_name``; :func:`genlab.processors.stage_name_of`). DoLa's stage is
+``dola``; a processor without a label of its own (a transformers class, your own) is named
+by its class (``NoDigits``). Class names (``TopKLogitsWarper``) stay the classes' names.
+The first stage is ``raw`` (the logits), the last ``final`` (the scores the strategy
+chooses from).
 
 **trace** -- a :class:`~genlab.trace.Tracer` observes a run and keeps, for every token,
 the best ``depth`` tokens of every stage (``trace={"depth": 20}``; the panels'

@@ -6,7 +6,8 @@ visits them:
 
 =========================  =====================================================
 ``logits``                 raw next-token logits, (rows, vocab) float32
-``processor.<Name>``       scores right after the logits processor ``<Name>``
+``processor.<label>``      scores right after the logits processor of that stage label
+                           (``processor.top_k``; a processor without one: its class name)
 ``scores``                 final processed scores, what the strategy chooses from
 ``beam.candidates``        beam search: the candidates it scored (a table payload;
                            observe only: a return value is ignored)
@@ -55,7 +56,7 @@ Hook = Callable[..., Any]
 
 
 def _check_name(name: str, model: Any = None) -> str:
-    name = name.replace("__", ".")  # allow keyword spelling processor__TopKLogitsWarper
+    name = name.replace("__", ".")  # allow keyword spelling processor__top_k
     if name in HOOK_POINTS or (name.startswith("processor.") and len(name) > len("processor.")):
         return name
     from .models.taps import is_inside_name
@@ -71,7 +72,7 @@ def _check_name(name: str, model: Any = None) -> str:
         return model.check_hook_point(name)
     raise ValueError(
         f"unknown hook point {name!r}; use one of {', '.join(HOOK_POINTS)} "
-        "(processor.* means processor.<ProcessorClassName>, e.g. processor.TopKLogitsWarper)"
+        "(processor.* means processor.<stage label>, e.g. processor.top_k)"
     )
 
 

@@ -89,7 +89,7 @@ def test_trace_shows_the_dola_stage_and_the_layer_chosen(models):
         trace=True, keep_history=True,
     )  # fmt: skip
     run.run()
-    assert run.tracer.trace.stages()[:2] == ["raw", "DoLa"]
+    assert run.tracer.trace.stages()[:2] == ["raw", "dola"]
     table = dola_table(run.history)
     assert list(table.columns) == ["step", "layer", "js_divergence", "chosen"]
     assert table.layer.tolist() == [3, 5] * 4 and table.groupby("step").chosen.sum().eq(1).all()

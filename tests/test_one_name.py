@@ -137,3 +137,38 @@ def test_arguments_left_at_what_they_do_anyway_are_not_warned_about(hf_llama):
     ids = torch.tensor([[1, 5, 17]])
     said = _warnings_of(lambda: genlab.generate(hf_llama, ids, max_new_tokens=2, synced_gpus=False))
     assert not [m for m in said if "ignored" in m], said
+
+
+def test_a_stage_has_one_label_in_hooks_traces_plots_and_sampler_order(hf_llama):
+    from genlab.plots.tokens import waterfall
+
+    ids = torch.tensor([[1, 5, 17, 5]])
+    cfg = dict(do_sample=True, temperature=0.8, top_k=5, top_p=0.9, max_new_tokens=2, seed=0)
+    order = ["temperature", "top_k", "top_p"]
+    run = genlab.start(hf_llama, ids, trace=True, sampler_order=order, **cfg)
+    assert run.views.processors.stage_names() == order
+    seen = []
+    with run.hooks({"processor.top_k": lambda s, step: seen.append(step)}):
+        run.run()
+    assert seen == [0, 1]
+    trace = run.tracer.trace
+    assert trace.stages() == ["raw", *order, "final"]
+    assert trace.stage_summary(0).stage.tolist() == trace.stages()
+    titles = " ".join(ax.get_title(loc="left") for ax in waterfall(trace, 0).axes)
+    assert all(f". {name}\n" in titles for name in order), titles
+    assert "TopK" not in titles
+
+
+def test_a_processor_without_a_label_is_named_by_its_class(hf_llama):
+    from transformers import TopKLogitsWarper as Theirs
+
+    class NoDigits:
+        def __call__(self, input_ids, scores):
+            return scores
+
+    run = genlab.start(
+        hf_llama, torch.tensor([[1, 5]]), max_new_tokens=1, trace=True,
+        logits_processor=[NoDigits(), Theirs(4)],
+    )  # fmt: skip
+    run.run()
+    assert run.tracer.trace.stages() == ["raw", "NoDigits", "TopKLogitsWarper", "final"]

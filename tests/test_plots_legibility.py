@@ -81,7 +81,7 @@ def test_waterfall_reads_at_seven_stages(seven_stages):
     fig = tokens.waterfall(seven_stages, 3)
     assert_legible(fig, "waterfall")
     titles = " ".join(ax.get_title(loc="left") for ax in fig.axes)
-    for name in ("RepetitionPenalty", "NoRepeatNGram", "Temperature", "TopK", "TopP", "MinP"):
+    for name in ("repetition_penalty", "no_repeat_ngram", "temperature", "top_k", "top_p", "min_p"):
         assert name in titles  # full stage names, not cut
 
 

@@ -149,7 +149,7 @@ def test_hooks_intervene_and_are_removed(hf_llama):
 def test_processor_hook_and_select_hook(hf_llama):
     run = _run(hf_llama, do_sample=True, top_k=5, seed=0)
     got = {}
-    with run.hooks({"processor.TopKLogitsWarper": lambda s, step: got.setdefault("k", s)}):
+    with run.hooks({"processor.top_k": lambda s, step: got.setdefault("k", s)}):
         run.step()
     assert torch.isfinite(got["k"]).sum() == 5
     with run.hooks(select=lambda t, step: torch.full_like(t, 3)):
@@ -174,7 +174,7 @@ def test_trace_tables(hf_llama):
     )
     out = run.run()
     tr = run.tracer.trace
-    assert tr.stages() == ["raw", "TemperatureLogitsWarper", "TopKLogitsWarper", "final"]
+    assert tr.stages() == ["raw", "temperature", "top_k", "final"]
     table = tr.table()
     assert {"step", "row", "stage", "token_id", "logprob", "prob", "rank", "chosen"} <= set(table)
     chosen = table[(table.stage == "final") & table.chosen]
@@ -233,18 +233,18 @@ def test_the_hook_verbs_are_add_observe_has_fire_notify(hf_llama):
 
     registry = HookRegistry()
     assert not registry.has("processor.*")
-    registry.add("processor.TopKLogitsWarper", lambda x, step: None)
-    assert registry.has("processor.*") and not registry.has("processor.DoLa")
+    registry.add("processor.top_k", lambda x, step: None)
+    assert registry.has("processor.*") and not registry.has("processor.dola")
     # beam.candidates hooks observe only: what they return does not flow on
     registry.add("beam.candidates", lambda payload, step: "replaced")
     assert registry.fire("beam.candidates", "payload", 0) == "payload"
 
     run = _run(hf_llama, max_new_tokens=2)
     ctx, seen = run._ctx, []
-    with run.hooks(**{"processor.DoLa": lambda x, step: x + 1}):
+    with run.hooks(**{"processor.dola": lambda x, step: x + 1}):
         remove = run.registry.observe("processor.*", lambda p, value, step: seen.append(p))
-        assert ctx.has("processor.DoLa") and ctx.has("processor.*")
+        assert ctx.has("processor.dola") and ctx.has("processor.*")
         scores = torch.zeros(1, 4)
-        assert ctx.fire("processor.DoLa", scores).eq(1).all() and seen == ["processor.DoLa"]
+        assert ctx.fire("processor.dola", scores).eq(1).all() and seen == ["processor.dola"]
     remove()
-    assert not ctx.has("processor.DoLa") and not ctx.has("processor.*")
+    assert not ctx.has("processor.dola") and not ctx.has("processor.*")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import genlab
 from genlab.models.architectures import build_decoder
+from genlab.processors import stage_name_of
 
 PROMPT = torch.tensor([[1, 5, 17, 33, 8]])
 
@@ -27,7 +28,7 @@ OPS = st.one_of(
     st.tuples(st.just("temperature"), st.sampled_from([0.7, 1.0, 1.3])),
     st.tuples(
         st.just("fail"),
-        st.sampled_from(["logits", "scores", "select", "processor.TopKLogitsWarper"]),
+        st.sampled_from(["logits", "scores", "select", "processor.top_k"]),
     ),
 )
 
@@ -78,7 +79,7 @@ def _fires(run, point: str) -> bool:
     """A processor hook fires only when that processor is active (top_k=0 removes it)."""
     if not point.startswith("processor."):
         return True
-    return any(type(p).__name__ == point.split(".", 1)[1] for p in run.views.processors)
+    return any(stage_name_of(p) == point.split(".", 1)[1] for p in run.views.processors)
 
 
 @settings(

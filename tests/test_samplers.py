@@ -470,7 +470,7 @@ def test_tables_and_plot_show_what_each_sampler_did(demo):
     fig = mirostat_plot(run)
     assert len(fig.axes[0].lines) == 3
     stages = run.tracer.trace.stages()
-    assert {"DRYLogitsProcessor", "XTCLogitsWarper", "MirostatV2LogitsWarper"} <= set(stages)
+    assert {"dry", "xtc", "mirostat_v2"} <= set(stages)
 
 
 def test_samplers_passed_as_logits_processor_like_a_custom_processor(demo):

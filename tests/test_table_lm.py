@@ -445,16 +445,16 @@ def test_stage_summary_masses_in_both_terms():
     lm = LM(TableLM.classic())
     res = lm.generate("The", do_sample=True, top_k=2, top_p=0.5, max_new_tokens=1, trace=True)
     summary = res.trace.stage_summary(0).set_index("stage")
-    assert list(summary.index) == ["raw", "TopKLogitsWarper", "TopPLogitsWarper", "final"]
+    assert list(summary.index) == ["raw", "top_k", "top_p", "final"]
     expect = {  # stage: (removed_mass, raw_mass_kept, raw_mass_removed)
         "raw": (0.0, 1.0, 0.0),
-        "TopKLogitsWarper": (0.1, 0.9, 0.1),
-        "TopPLogitsWarper": (0.4 / 0.9, 0.5, 0.4),
+        "top_k": (0.1, 0.9, 0.1),
+        "top_p": (0.4 / 0.9, 0.5, 0.4),
         "final": (0.0, 0.5, 0.0),
     }
     for stage, values in expect.items():
         got = tuple(summary.loc[stage, ["removed_mass", "raw_mass_kept", "raw_mass_removed"]])
         assert got == pytest.approx(values, abs=1e-6), stage
-    assert summary.loc["TopPLogitsWarper", "removed_tokens"] == 1
+    assert summary.loc["top_p", "removed_tokens"] == 1
     with pytest.raises(ValueError, match=r"one of the steps recorded, \[0\]; got 3"):
         res.trace.stage_summary(3)

@@ -507,8 +507,8 @@ def test_debugger_waterfall_reports_the_mass_each_stage_removed(classic):
     assert dbg.current_step is None and "Press Step" in dbg.waterfall_view.value
     dbg.step()
     table = dbg.waterfall_table()
-    assert table.stage.tolist() == ["raw", "TopKLogitsWarper", "final"]
-    topk = table.set_index("stage").loc["TopKLogitsWarper"]
+    assert table.stage.tolist() == ["raw", "top_k", "final"]
+    topk = table.set_index("stage").loc["top_k"]
     assert topk.removed_mass == pytest.approx(0.1, abs=1e-4)  # 'car' (0.1) is cut
     assert topk.raw_mass_kept == pytest.approx(0.9, abs=1e-4)
     assert topk.tokens_kept == 2 and topk.removed_tokens == classic.info.vocab_size - 2

@@ -65,14 +65,6 @@ def _font():
         return None
 
 
-def stage_name(stage: str) -> str:
-    """A processor's class name without the LogitsProcessor / LogitsWarper suffix."""
-    for suffix in ("LogitsProcessor", "LogitsWarper", "Processor"):
-        if stage.endswith(suffix) and stage != suffix:
-            return stage[: -len(suffix)]
-    return stage
-
-
 def candidates(trace, step: int, row: int = 0, stage: str = "final", k: int = 10):
     """The top ``k`` tokens of one stage still possible (probability > 0), best first, and
     the chosen token even when it is not among them (it is then the last row). ``token``
@@ -192,7 +184,7 @@ def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10)
     ax = fig.add_subplot()
     _bars(ax, t)
     ax.set_xlabel("probability")
-    ax.set_title(f"Step {step}, {stage_name(stage)}: top {len(t)} (orange = chosen)")
+    ax.set_title(f"Step {step}, {stage}: top {len(t)} (orange = chosen)")
     return fig
 
 
@@ -228,7 +220,7 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> F
         _bars(ax, t, rows=k)
         kept = int(summary.loc[stage, "tokens_kept"]) if stage in summary.index else None
         left = f"{kept:,} tokens possible" if kept is not None else ""
-        ax.set_title(f"{i}. {stage_name(stage)}\n{left}", fontsize=10, loc="left")
+        ax.set_title(f"{i}. {stage}\n{left}", fontsize=10, loc="left")
         ax.tick_params(axis="x", labelsize=SMALL)
         ax.spines[["top", "right"]].set_visible(False)
     for ax in axes[len(stages) :]:

@@ -91,12 +91,17 @@ def _short(value: Any) -> str:
 
 
 def stage_name_of(processor: Any) -> str:
-    """The label of any processor: genlab's ``stage_name``, else its class name.
+    """The label of any processor, its one name in hook points (``processor.<label>``),
+    traces, plots and ``sampler_order``: genlab's ``stage_name`` (the config field a user
+    types, ``"top_k"``), else its class name (a transformers or hand-written processor).
 
-    >>> stage_name_of(lambda ids, scores: scores)
-    'function'
+    >>> stage_name_of(genlab.processors.TopKLogitsWarper(5)), stage_name_of(lambda i, s: s)
+    ('top_k', 'function')
     """
-    return getattr(processor, "stage_name", None) or type(processor).__name__
+    name = getattr(processor, "stage_name", None)
+    if not isinstance(name, str) or not name or name == LogitsProcessor.stage_name:
+        return type(processor).__name__  # no label of its own: the class names it
+    return name
 
 
 def is_warper(processor: Any) -> bool:

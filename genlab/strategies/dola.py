@@ -152,7 +152,7 @@ class DolaDecoding(TokenByToken):
 
     def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
         scores, self.chosen_layer, self.divergence = contrast_logits(logits, self.premature)
-        scores = ctx.fire("processor.DoLa", scores)
+        scores = ctx.fire("processor.dola", scores)
         return ctx.process(ctx.sequences, scores)
 
     def rule(self, ctx, scores: torch.Tensor) -> torch.LongTensor:

@@ -15,7 +15,7 @@ groups just chose for the same input and is penalised for repeating them::
 The selection has to happen inside :meth:`GroupBeamSearch.process` (the penalty of a group
 depends on the choices of the earlier ones); :meth:`select` commits it. A ``scores`` hook
 therefore observes the recorded scores but cannot change this step's choice, and
-``processor.<Name>`` hooks fire once per group with that group's rows (B * S, vocab).
+``processor.<label>`` hooks fire once per group with that group's rows (B * S, vocab).
 
 Kept as the reference does it (they change outputs):
 
@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from ..ids import eos_token_ids
-from ..processors.base import call_processor
+from ..processors.base import call_processor, stage_name_of
 from ..stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection
 from .beam import (
@@ -150,12 +150,12 @@ class GroupBeamSearch(BeamSearch):
         return processed_all
 
     def _staged(self, ctx, ids, log_probs, current, g, rows, stages, logits):
-        """The processors one by one, for tracers and ``processor.<Name>`` hooks; every
+        """The processors one by one, for tracers and ``processor.<label>`` hooks; every
         stage is collected into a (B*n, vocab) tensor filled group by group."""
         scores = log_probs
         for i, proc in enumerate(ctx.processors):
             scores = call_processor(proc, ids, scores, current_tokens=current, beam_group_idx=g)
-            name = type(proc).__name__
+            name = stage_name_of(proc)
             # hooks see each group's rows; observers the whole stage, once complete
             scores = ctx.fire(f"processor.{name}", scores, notify=False)
             if len(stages) <= i:

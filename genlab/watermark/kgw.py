@@ -229,8 +229,8 @@ class WatermarkLogitsProcessor(LogitsProcessor):
     True
     """
 
-    # the stage label in traces (the class name, as before it had a base class)
-    stage_name: ClassVar[str] = "WatermarkLogitsProcessor"
+    # its stage label in hook points, traces and plots (watermarking_config turns it on)
+    stage_name: ClassVar[str] = "watermark"
     shown: ClassVar[tuple[str, ...]] = ("bias", "seeding_scheme", "context_width")
 
     def __init__(

@@ -174,8 +174,8 @@ class SynthIDTextWatermarkLogitsProcessor(LogitsProcessor):
     torch.Size([1, 5])
     """
 
-    # the stage label in traces (the class name, as before it had a base class)
-    stage_name: ClassVar[str] = "SynthIDTextWatermarkLogitsProcessor"
+    # its stage label in hook points, traces and plots (watermarking_config turns it on)
+    stage_name: ClassVar[str] = "synthid_watermark"
     shown: ClassVar[tuple[str, ...]] = ("ngram_len", "context_history_size")
 
     def __init__(

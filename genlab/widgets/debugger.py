@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..config import GenerationConfig
 from ..engine import Run
-from ..plots.tokens import candidates, stage_name
+from ..plots.tokens import candidates
 from ..tokens import piece_labels, running_pieces, show_token
 from .base import (
     FOCUS_CSS,
@@ -126,7 +126,7 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
             )
         removed = "" if i == 0 else prob_text(st.removed_mass)
         rows.append(
-            f"<tr><td style='padding:1px 6px'><b>{html.escape(stage_name(st.stage))}</b></td>"
+            f"<tr><td style='padding:1px 6px'><b>{html.escape(st.stage)}</b></td>"
             f"<td style='text-align:right;padding:1px 6px'>{st.tokens_kept:,}</td>"
             f"<td style='text-align:right;padding:1px 6px'>{removed}</td>{''.join(cells)}</tr>"
         )

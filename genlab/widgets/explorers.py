@@ -32,7 +32,7 @@ from .live import LiveView, initial_config, limits_of
 from .render import frame_html, message, png_html, show_figure
 from .worker import Job
 
-WATERMARK_PROCESSOR = "WatermarkLogitsProcessor"
+WATERMARK_PROCESSOR = "watermark"  # the KGW processor's stage label
 #: the detection threshold (as notebook 05 uses it): z above it reads "watermarked"
 Z_THRESHOLD = 4.0
 
