@@ -240,14 +240,11 @@ class Run:
                     keep_history=keep_history,
                     forward_cache=forward_cache,
                     random=random,
+                    synced_gpus=synced_gpus,
                 ),
             )
 
-        def set_up_and_check():
-            set_up()
-            warn_ignored_arguments(self.config, synced_gpus=synced_gpus)
-
-        _, caught = _set_up_warnings(set_up_and_check)
+        _, caught = _set_up_warnings(set_up)
         self.given.warnings = caught
         self.registry.bind(self.given.model)  # hook points inside its layers, if it has them
         if self.given.keep_history:
@@ -264,12 +261,13 @@ class Run:
         was given -> the plan -> the first state (see :mod:`genlab.plan`)."""
         inputs = kwargs.pop("inputs", None)
         config, unused = prepare_config(model, generation_config, use_defaults, **kwargs)
-        random = parts.pop("random")
+        random, synced_gpus = parts.pop("random"), parts.pop("synced_gpus")
         self.given = prepare_inputs(
             model, config, unused, input_ids, attention_mask, inputs=inputs, parts=parts,
             generate=generate, has_default_max_length="max_length" not in kwargs,
             has_default_min_length="min_length" not in kwargs,
         )  # fmt: skip
+        warn_ignored_arguments(config, synced_gpus=synced_gpus)  # (the inputs stage's)
         self.config = config
         plan = make_plan(config, self.given)
         initial_state(self, plan, self._ctx, random)
