@@ -29,6 +29,9 @@ FAILS = {
     "fork": ["fork adds a run"],
     "zero": ["no probability-0 candidates"],
     "console": ["no console errors"],
+    "tables": ["wide tables fit at 768 px", "table headers aligned with their cells"],
+    "caption": ["beam tree caption not cut at steps 0-1"],
+    "branch_all": ["click an alternative continues (every panel)"],
     "widen": ["typed 1e9 refused with its bound, slider range kept"],
     "branch": [
         "click an alternative forks (debugger)",
@@ -89,6 +92,26 @@ def apply() -> list[str]:
         base.error_text = lambda err: old_error(err) + " (in start_run, live.py)"
     if "keyboard" in names:
         base.FOCUS_CSS = "<style></style>"
+    if "tables" in names:  # as before issue 37: headers on one line, right-aligned
+        old_frame = render.frame_html
+        old_css = (
+            "<style>.genlab-table th, .genlab-table td { padding: 2px 8px; white-space: nowrap; }"
+            ".genlab-table td.genlab-wrap { white-space: normal; min-width: 12em; max-width: 28em;"
+            " overflow-wrap: anywhere; }</style>"
+        )
+
+        def frame(*a, **k):
+            out = old_frame(*a, **k).replace(render.TABLE_CSS, old_css).replace("_<wbr>", "_")
+            return out.replace("<thead>\n    <tr>", '<thead>\n    <tr style="text-align: right;">')
+
+        render.frame_html = frame
+    if "caption" in names:  # the beam tree's caption on as many lines as it was written
+        import types
+
+        import genlab.plots.beam as beam
+
+        beam.textwrap = types.SimpleNamespace(fill=lambda text, width: text)
+    import genlab.widgets.branching as branching
     import genlab.widgets.config_panel as config_panel
     import genlab.widgets.debugger as debugger
     import genlab.widgets.explorers as explorers
@@ -167,6 +190,8 @@ def apply() -> list[str]:
     if "branch" in names:  # an alternative clicked is forced in place, or nothing
         debugger.StepDebugger.branch = lambda self, token: self.take(token)
         playground.Playground.branch = lambda self, position, token: None
+    if "branch_all" in names:  # the alternatives shown, a click does nothing
+        branching.BranchPicker.pick = lambda self, key: None
     if "zero" in names:  # a candidate of probability 0 offered again
         old_current = debugger.StepDebugger._render_current
 

@@ -134,6 +134,39 @@ MIN_CONTRAST = """(sel) => {
   return Math.round(worst * 100) / 100; }"""
 
 
+# tables wider than the box they scroll in (issue 37: a cut column reads as missing, and
+# the scroll bar is easy to miss): "table px in box px" for each visible one
+TABLE_CUT = """(sel) => [...document.querySelectorAll(sel + ' .genlab-frame')]
+  .filter(f => f.offsetParent !== null)
+  .map(f => [f.querySelector('table').getBoundingClientRect().width, f.clientWidth])
+  .filter(([t, b]) => t > b + 1).map(([t, b]) => Math.round(t) + ' px in ' + b + ' px')"""
+# headers whose text sits elsewhere than their column's cells (left / right)
+MISALIGNED = """(sel) => { const out = [];
+  for (const t of document.querySelectorAll(sel + ' table.genlab-table')) {
+    if (t.offsetParent === null) continue;
+    const heads = [...t.querySelectorAll('thead th')];
+    const row = t.querySelector('tbody tr'); if (!row) continue;
+    const cells = [...row.querySelectorAll('td')];
+    heads.forEach((th, i) => { const td = cells[i]; if (!td) return;
+      const a = getComputedStyle(th).textAlign, b = getComputedStyle(td).textAlign;
+      const side = (x) => ['right', 'end'].includes(x) ? 'right' : 'left';
+      if (side(a) !== side(b)) out.push(th.innerText + ': ' + a + ' / ' + b); }); }
+  return out.slice(0, 5); }"""
+# dark pixels in the 3 outer pixel columns of the visible figure: text cut at its edges
+FIGURE_EDGES = """(sel) => {
+  const img = [...document.querySelectorAll(sel + ' img')]
+    .find(i => i.offsetParent !== null && i.complete && i.naturalWidth > 0);
+  if (!img) return null;
+  const c = document.createElement('canvas');
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data; let n = 0;
+  const xs = [0, 1, 2, c.width - 3, c.width - 2, c.width - 1];
+  for (let y = 0; y < c.height; y++) for (const x of xs) {
+    const k = (y * c.width + x) * 4; if ((d[k] + d[k + 1] + d[k + 2]) / 3 < 217) n++; }
+  return n; }"""
+
+
 def sel_text(page, selector: str) -> str:
     loc = page.locator(selector).first
     return loc.inner_text() if loc.count() else ""
@@ -436,6 +469,11 @@ def debugger(page, res: dict) -> None:
              f"document.querySelector('{DBG} .genlab-status').innerText)")  # fmt: skip
     res["finished_message"] = sel_text(page, f"{DBG} .genlab-status")
     res["debugger_raw_cells"] = page.evaluate(RAW_CELLS, DBG)
+    tab(page, DBG, "History")  # 60 steps, 11 columns: the widest table of the panels
+    res["table_cut"]["debugger history"] = page.evaluate(TABLE_CUT, DBG)
+    res["misaligned"]["debugger history"] = page.evaluate(MISALIGNED, DBG)
+    page.locator(DBG).first.screenshot(path=str(ARTIFACTS / "debugger_history.png"))
+    tab(page, DBG, "Current step")
 
 
 def explorers(page, res: dict, shots: Path) -> None:
@@ -447,6 +485,7 @@ def explorers(page, res: dict, shots: Path) -> None:
     text = page.locator(root).first.inner_text()
     res["watermark_z_values"] = sorted(set(re.findall(r"z = (-?\d+\.\d\d)", text)))
     res["watermark_raw_cells"] = page.evaluate(RAW_CELLS, root)
+    res["table_cut"]["watermark detector"] = page.evaluate(TABLE_CUT, root)
     tab(page, root, "Green list")
     page.wait_for_timeout(500)
     res["watermark_overflow"] = page.evaluate(OVERFLOW, root)
@@ -462,6 +501,21 @@ def explorers(page, res: dict, shots: Path) -> None:
     page.locator(root).first.screenshot(path=str(shots / "beam_early_stop.png"))
     tab(page, root, "Beam tree")
     res["beam_raw_cells"] += page.evaluate(RAW_CELLS, root)
+    # the caption of the beam tree at steps 0 and 1 (the narrowest figures): not cut
+    handle = page.locator(f"{root} .noUi-handle").first
+    handle.scroll_into_view_if_needed()
+    res["beam_caption_edges"] = {}
+    for step, key in ((0, "Home"), (1, "ArrowRight")):
+        src = page.locator(f"{root} img:visible").first.get_attribute("src")
+        handle.focus()
+        page.keyboard.press(key)
+        wait_for(page, "([sel, old]) => { const i = [...document.querySelectorAll(sel + ' img')]"
+                 ".find(i => i.offsetParent !== null); return i && i.src !== old && i.complete; }",
+                 arg=[root, src], timeout=30_000)  # fmt: skip
+        page.wait_for_timeout(200)
+        res["beam_caption_edges"][step] = page.evaluate(FIGURE_EDGES, root)
+        if step == 0:
+            page.locator(root).first.screenshot(path=str(shots / "beam_step_0.png"))
 
 
 def bounds_and_branches(page, res: dict, shots: Path) -> None:
@@ -528,6 +582,40 @@ def bounds_and_branches(page, res: dict, shots: Path) -> None:
              arg=PG, timeout=30_000)  # fmt: skip
     res["playground_branch"] = True
     page.locator(PG).first.screenshot(path=str(shots / "playground_click_to_branch.png"))
+    res["table_cut"]["playground tokens"] = page.evaluate(TABLE_CUT, PG)
+    res["misaligned"]["playground tokens"] = page.evaluate(MISALIGNED, PG)
+    # every other panel that shows alternatives: one click (Enter on the first, the mouse
+    # on the others) continues from it, and the panel's own result stays
+    res["branched"] = {}
+    for i, (name, tab_title) in enumerate(
+        (
+            ("compare", None),
+            ("watermark_explorer", "Green list"),
+            ("lens_view", None),
+            ("beam_explorer", "Beam tree"),
+        )
+    ):
+        root = PANELS[name]
+        page.locator(root).first.scroll_into_view_if_needed()
+        if tab_title:
+            tab(page, root, tab_title)
+        alt = page.locator(f"{root} button.genlab-alternative:visible").first
+        try:
+            alt.wait_for(timeout=15_000)
+            before = sel_text(page, f"{root} .genlab-result")
+            if i == 0:
+                alt.focus()
+                page.keyboard.press("Enter")
+            else:
+                alt.click()
+            wait_for(page, "(sel) => document.querySelector(sel).innerText"
+                     ".includes('branch 1: from')", arg=root, timeout=30_000)  # fmt: skip
+            res["branched"][name] = before == sel_text(page, f"{root} .genlab-result")
+            page.locator(root).first.screenshot(path=str(shots / f"click_to_branch_{name}.png"))
+        except Exception as err:  # recorded: the check below fails
+            res["branched"][name] = f"no branch: {str(err).splitlines()[0][:120]}"
+        if tab_title == "Green list":
+            tab(page, root, "Green / red")
 
 
 def shown_panels(page):
@@ -587,7 +675,7 @@ def main() -> int:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shots = ARTIFACTS
     profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    res: dict = {"mode": MODE}
+    res: dict = {"mode": MODE, "table_cut": {}, "misaligned": {}}
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             profile,
@@ -682,6 +770,14 @@ def main() -> int:
         "the Branches tab draws the tree": res.get("tree_nodes", 0) > 3
         and not res.get("tree_overflow"),
         "click an alternative continues (playground)": bool(res.get("playground_branch")),
+        "wide tables fit at 768 px": len(res["table_cut"]) == 3
+        and not any(res["table_cut"].values()),
+        "table headers aligned with their cells": len(res["misaligned"]) == 2
+        and not any(res["misaligned"].values()),
+        "beam tree caption not cut at steps 0-1": res.get("beam_caption_edges", {}).get(0) == 0
+        and res["beam_caption_edges"].get(1) == 0,
+        "click an alternative continues (every panel)": len(res.get("branched", {})) == 4
+        and all(v is True for v in res["branched"].values()),
     }  # fmt: skip
     res["step_latency_p50"] = lat[len(lat) // 2]
     res["step_latency_p90"] = lat[min(len(lat) - 1, int(0.9 * len(lat)))]
