@@ -55,8 +55,9 @@ class StepContext:
         return self._run.state.cache
 
     @property
-    def config(self):
-        """The effective GenerationConfig of this step (lengths resolved for the prompt)."""
+    def gen_config(self):
+        """The config in force at this step (lengths resolved for the prompt), as
+        ``run.views.gen_config``; ``run.config`` is the user's editable one."""
         return self._run.state.plan.config
 
     @property

@@ -15,7 +15,7 @@ generated token). A :class:`~genlab.engine.Step` record's ``index``, a trace rec
 **config** / **config in force** -- ``run.config`` is the user's editable
 GenerationConfig (edits apply at the next step; ``run.set(...)`` checks them at once).
 ``run.views.gen_config`` is the config in force: the same values with the lengths resolved for
-the prompt, what the processors, criteria and strategy were built from (``ctx.config``
+the prompt, what the processors, criteria and strategy were built from (``ctx.gen_config``
 inside a step). Rewinding restores the config that was in force at the step rewound to.
 
 **EOS ids** -- the end-of-sequence ids as a list of ints, ``run.views.eos_token_ids``;

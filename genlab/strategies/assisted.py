@@ -101,7 +101,7 @@ class PromptLookupDrafter:
 
     def draft(self, ctx, ids):
         """``ids`` (1, length) followed by the drafted tokens, and no draft scores."""
-        cfg = ctx.config
+        cfg = ctx.gen_config
         self.num_assistant_tokens = int(cfg.prompt_lookup_num_tokens)
         drafted = prompt_lookup_candidates(
             ids,
@@ -122,7 +122,7 @@ class PromptLookupDrafter:
 def _draft_settings(ctx, source) -> tuple[float, str, float | None, Any]:
     """(num_assistant_tokens, schedule, confidence threshold, generation_config to write
     back to) for a drafter model, following the reference's precedence."""
-    cfg = ctx.config
+    cfg = ctx.gen_config
     call = (
         float(cfg.num_assistant_tokens),
         cfg.num_assistant_tokens_schedule,
@@ -179,7 +179,7 @@ class ModelDrafter:
         self.mask = ctx.attention_mask.clone()
 
     def _config(self, ctx):
-        cfg = copy.deepcopy(ctx.config)
+        cfg = copy.deepcopy(ctx.gen_config)
         cfg.return_dict_in_generate = True
         cfg.output_scores = True
         cfg.is_assistant = True
@@ -195,7 +195,7 @@ class ModelDrafter:
         """``ids`` (1, length) followed by the draft model's tokens, and their scores
         (1, n, vocab); the draft model's cache is kept for the next draft."""
         cur = ids.shape[1]
-        cfg = ctx.config
+        cfg = ctx.gen_config
         max_new = min(int(self.num_assistant_tokens), int(cfg.max_length) - cur - 1)
         min_new = max(min(max_new, int(cfg.min_length or 0) - cur), 0)
         if max_new <= 0:

@@ -462,7 +462,7 @@ class BeamSearch(Strategy):
         scores = scores[:, :r].reshape(-1)
         indices = indices[:, :r].reshape(-1, indices.shape[-1])
         generated = int((indices + 1).bool().sum(dim=1).max()) if indices.numel() else 0
-        cfg = ctx.config
+        cfg = ctx.gen_config
         return {
             "sequences": seqs[:, : self.prompt_length + generated],
             "sequences_scores": scores if cfg.output_scores else None,

@@ -140,7 +140,7 @@ class ConstrainedBeamSearch(BeamSearch):
             record = {"events": [], "extra": [], "sorted": None}
             traced.append(record)
             if self.done_inputs[b]:
-                pad = ctx.config.pad_token_id
+                pad = ctx.gen_config.pad_token_id
                 if not eos or pad is None:
                     raise ValueError("a finished input needs eos_token_id and pad_token_id")
                 new_tokens[b] = int(pad)

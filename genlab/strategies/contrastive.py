@@ -158,7 +158,7 @@ class ContrastiveSearch(TokenByToken):
 
     @staticmethod
     def _winner_output(out: ModelOutput, winners, ctx) -> ModelOutput:
-        cfg = ctx.config
+        cfg = ctx.gen_config
 
         def pick(layers):
             return None if layers is None else tuple(layer[winners] for layer in layers)

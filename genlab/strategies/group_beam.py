@@ -194,7 +194,7 @@ class GroupBeamSearch(BeamSearch):
         new_tokens = tokens.gather(1, order)
         new_beam = in_group.gather(1, order)
         if bool(done.any()):
-            pad = ctx.config.pad_token_id
+            pad = ctx.gen_config.pad_token_id
             if pad is None or not eos:
                 raise ValueError("a finished group needs eos_token_id and pad_token_id")
             new_scores = torch.where(done[:, None], 0.0, new_scores)

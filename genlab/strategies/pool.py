@@ -156,7 +156,7 @@ def pool_entries(pools, prompt_length: int) -> tuple[PoolEntry, ...]:
 def pooled_output(strategy, ctx, pools, keep: int) -> dict[str, Any]:
     """The output fields of a search that keeps its finished hypotheses in ``pools``
     (group and constrained beam search): the best ``keep`` per input, padded."""
-    cfg = ctx.config
+    cfg = ctx.gen_config
     max_length = getattr(ctx.stopping_criteria, "max_length", None)
     if not strategy.done:  # stopped or interrupted early: no EOS column after the last step
         max_length = ctx.sequences.shape[1]
