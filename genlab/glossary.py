@@ -6,6 +6,14 @@ This module holds no code; it is the vocabulary the rest of genlab uses.
 one that can step, force, rewind and fork; ``lm.generate(...)`` and ``genlab.generate``
 drive one to the end.
 
+**output** / **result** -- ``genlab.generate(model, input_ids, ...)`` returns what
+transformers' ``generate`` returns for the same arguments: the sequences tensor, or with
+``return_dict_in_generate=True`` an output object (``run.output`` is the same). A
+**result**, :class:`~genlab.result.GenerationResult`, is that output with the text, the
+tokens as shown, the run and its trace: ``lm.generate(text)`` returns one (the runs of an
+``LM``, ``lm.start`` too, record the scores its tables need: ``return_dict_in_generate``
+and ``output_scores`` are on unless given), and ``run.result()`` makes one from any run.
+
 **step** -- one pass of the step loop: forward, processors, choice, commit. A step adds
 one token per row (assisted decoding adds several). **step index**: how many steps a run
 has taken, ``run.step_index``; the step being computed has that index (0 = the first
