@@ -98,8 +98,8 @@ An **intervention** is a hook there that changes the value: :func:`genlab.steer`
 (the processor's ``stage_name``; :func:`genlab.processors.stage_name_of`). DoLa's stage is
 ``dola``; a processor without a label of its own (a transformers class, your own) is named
 by its class (``NoDigits``). Class names (``TopKLogitsWarper``) stay the classes' names.
-The first stage is ``raw`` (the logits), the last ``final`` (the scores the strategy
-chooses from).
+The first stage is ``raw`` (the logits, what the ``logits`` hook point passes), the last
+``final`` (the scores the strategy chooses from, the ``scores`` hook point's value).
 
 **trace** -- a :class:`~genlab.trace.Tracer` observes a run and keeps, for every token,
 the best ``depth`` tokens of every stage (``trace={"depth": 20}``; the panels'
