@@ -67,7 +67,8 @@ ValueError); ``lm.encode(prompt)`` gives a prompt's ``(input_ids, attention_mask
 ``token_id``, ``token``, ``score``, ``logprob``, ``prob``. ``score`` is what
 :func:`genlab.compute_transition_scores` gives, ``normalize_logits=False`` by default as in
 the reference (the processed score); ``logprob`` and ``prob`` are always the token's
-log-probability and probability in the processed distribution.
+log-probability and probability in the processed distribution. ``score`` is a stage's
+value in every table (``trace.table()``, ``trace.topk``: the logit at ``raw``).
 
 **random source** -- :class:`genlab.randomness.RunRandom`, the run's own
 ``torch.Generator`` (seeded runs and runs that keep history). torch's global generator is

@@ -6,7 +6,8 @@
 so the tables below are cheap views:
 
 * :meth:`Trace.table` -- the tidy table: one row per
-  (step, row, stage, candidate) with logit, logprob, prob, rank, chosen, ...
+  (step, row, stage, candidate) with score (the stage's value: the logit at ``raw``),
+  logprob, prob, rank, chosen, ...
 * :meth:`Trace.steps` -- one row per generated token: log-prob, prob, rank, entropy,
   top alternatives;
 * :meth:`Trace.transition_scores` -- ``compute_transition_scores``'s values, in the
@@ -347,7 +348,7 @@ class Trace:
                 "stage",
                 "token_id",
                 "token",
-                "logit",
+                "score",
                 "logprob",
                 "prob",
                 "rank",
@@ -363,7 +364,7 @@ class Trace:
             "stage": stage,
             "token_id": tid,
             "token": self.token_text(tid),
-            "logit": value,
+            "score": value,
             "logprob": lp,
             "prob": math.exp(lp),
             "rank": rank,
