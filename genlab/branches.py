@@ -11,12 +11,14 @@ The Run puts the parts together (:mod:`genlab.engine`); rewinding is the timelin
 from __future__ import annotations
 
 import copy
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from .state import RunState
 
 
-class ForkParts(NamedTuple):
+@dataclass(frozen=True)
+class ForkParts:
     """The copies a fork is made of (see :func:`fork_parts`)."""
 
     state: RunState
