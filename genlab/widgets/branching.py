@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import ipywidgets as widgets
 
+from ..config import GenerationMode
 from ..tokens import show_token
 from .base import button, controls_row
 from .render import message, prob_text, text_block
@@ -50,7 +51,7 @@ def stepwise_trace(result):
     """The trace of a result whose every token had one distribution (not beam search,
     whose tokens have none each); None otherwise."""
     trace = getattr(result, "trace", None) if result is not None else None
-    if trace is None or "beam" in str(result.run.mode) or not len(trace):
+    if trace is None or GenerationMode(result.run.mode).is_beam or not len(trace):
         return None
     return trace
 
@@ -59,7 +60,7 @@ def result_text_html(result, position: int, lm) -> str:
     """A branch's generated text, coloured by probability, the token it took at
     ``position`` outlined (the Playground's view of a result), with why it stopped."""
     from .live import ended_text
-    from .playground import result_html, token_table
+    from .render import result_html, token_table
 
     run = result.run
     coloured = result_html(token_table(result), marks=[position], tokenizer=lm.tokenizer,

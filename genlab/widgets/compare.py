@@ -34,8 +34,15 @@ from .branching import (
 )
 from .config_panel import ConfigPanel
 from .live import LiveView, initial_config, limits_of
-from .playground import result_html, token_table
-from .render import frame_html, png_html, prob_legend, show_figure, text_block
+from .render import (
+    frame_html,
+    png_html,
+    prob_legend,
+    result_html,
+    show_figure,
+    text_block,
+    token_table,
+)
 from .worker import Job
 
 

@@ -29,85 +29,25 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..config import GenerationConfig, GenerationMode
-from ..tokens import running_pieces, show_token
 from .base import FOCUS_CSS, figure_image, scroll_box, title_html
 from .branching import BranchPicker, branch_html, continue_with, result_alternatives
 from .config_panel import ConfigPanel
 from .live import LiveView, ended_text, initial_config, limits_of
 from .render import (
-    END_MARK,
     frame_html,
     message,
     png_html,
     prob_legend,
-    prob_text,
+    result_html,
     show_figure,
-    steps_table,
+    shown_columns,
     text_block,
-    token_spans,
+    token_table,
 )
 from .worker import Job
 
 #: how many alternatives of a token get a click-to-branch button
 BRANCH_BUTTONS = 5
-
-TABLE_COLUMNS = ["step", "token", "token_id", "logprob", "prob", "rank", "entropy", "top"]
-
-
-def token_table(result) -> pd.DataFrame:
-    """One row per generated token of the first sequence (see :data:`TABLE_COLUMNS`), with
-    ``text`` (the decoded text, for the coloured text) besides ``token`` (as shown).
-
-    From the trace for token-by-token strategies; beam results (whose trace rows are beams,
-    not the returned sequence) use the transition scores and have no rank, entropy or top
-    columns (a beam's token has no single distribution to rank it in): never "None" cells.
-    """
-    trace = result.trace
-    if trace is not None and not GenerationMode(result.run.mode).is_beam:
-        raw = trace.steps(row=0)
-        if not raw.empty:
-            table = steps_table(trace, row=0)
-            table["text"] = list(raw.token)
-            return table[[*TABLE_COLUMNS, "text"]].reset_index(drop=True)
-    table = result.transition_scores(row=0)
-    table["text"] = list(table.token)
-    table["token"] = [show_token(t) for t in table.token]
-    return table[[c for c in TABLE_COLUMNS if c in table.columns] + ["text"]]
-
-
-def shown_columns(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as a person reads it (without the raw ``text`` column)."""
-    return table.drop(columns=[c for c in ("text",) if c in table.columns])
-
-
-def result_html(
-    table: pd.DataFrame, prompt: str | None = None, marks=(), tokenizer=None, ended=False
-) -> str:
-    """The tokens of ``table`` (from :func:`token_table`) coloured by probability, as
-    running text that wraps (a character split over tokens shown whole where it is
-    complete, its bytes in the tooltip: :func:`genlab.tokens.running_pieces`); ``ended``:
-    the last token is the end-of-text token that ended the run, shown as :data:`END_MARK`
-    (never as ``<|im_end|>``)."""
-    texts = list(table.text) if "text" in table.columns else list(table.token)
-    tips = [""] * len(texts)
-    if tokenizer is not None and "token_id" in table.columns:
-        pieces = running_pieces(tokenizer, table.token_id.tolist())
-        texts, tips = [t for t, _ in pieces], [t for _, t in pieces]
-    if ended and texts:
-        texts[-1] = END_MARK
-        tips[-1] = "the model ended the text here (end-of-text token)"
-    ranks = table["rank"] if "rank" in table.columns else [None] * len(table)
-    tops = table["top"] if "top" in table.columns else [""] * len(table)
-    titles = [
-        f"{tok}  p={prob_text(p)}  logp={lp:.3f}"
-        + (f"  rank {int(r)}" if r is not None and r == r else "")
-        + (f"\n{tip}" if tip else "")
-        + (f"\ntop: {top}" if top else "")
-        for tok, p, lp, r, top, tip in zip(
-            table.token, table.prob, table.logprob, ranks, tops, tips, strict=True
-        )
-    ]
-    return text_block(token_spans(texts, list(table.prob), titles, marks), prompt=prompt)
 
 
 class Playground(LiveView):

@@ -23,7 +23,8 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from ..tokens import NEWLINE, candidate_labels, piece_labels, show_token
+from ..config import GenerationMode
+from ..tokens import NEWLINE, candidate_labels, piece_labels, running_pieces, show_token
 
 #: Held while warnings are caught: ``catch_warnings`` swaps module-wide state, so two
 #: threads (the kernel's and a widget's worker) must not do it at once.
@@ -392,3 +393,63 @@ def steps_table(trace, row: int = 0, n: int = 3) -> pd.DataFrame:
         table["token"] = [show_token(t) for t in table.token]
     table["top"] = alternatives(trace, row=row, n=n)
     return table
+
+
+#: the columns of :func:`token_table` (one row per generated token)
+TABLE_COLUMNS = ["step", "token", "token_id", "logprob", "prob", "rank", "entropy", "top"]
+
+
+def token_table(result) -> pd.DataFrame:
+    """One row per generated token of the first sequence (see :data:`TABLE_COLUMNS`), with
+    ``text`` (the decoded text, for the coloured text) besides ``token`` (as shown).
+
+    From the trace for token-by-token strategies; beam results (whose trace rows are beams,
+    not the returned sequence) use the transition scores and have no rank, entropy or top
+    columns (a beam's token has no single distribution to rank it in): never "None" cells.
+    """
+    trace = result.trace
+    if trace is not None and not GenerationMode(result.run.mode).is_beam:
+        raw = trace.steps(row=0)
+        if not raw.empty:
+            table = steps_table(trace, row=0)
+            table["text"] = list(raw.token)
+            return table[[*TABLE_COLUMNS, "text"]].reset_index(drop=True)
+    table = result.transition_scores(row=0)
+    table["text"] = list(table.token)
+    table["token"] = [show_token(t) for t in table.token]
+    return table[[c for c in TABLE_COLUMNS if c in table.columns] + ["text"]]
+
+
+def shown_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as a person reads it (without the raw ``text`` column)."""
+    return table.drop(columns=[c for c in ("text",) if c in table.columns])
+
+
+def result_html(
+    table: pd.DataFrame, prompt: str | None = None, marks=(), tokenizer=None, ended=False
+) -> str:
+    """The tokens of ``table`` (from :func:`token_table`) coloured by probability, as
+    running text that wraps (a character split over tokens shown whole where it is
+    complete, its bytes in the tooltip: :func:`genlab.tokens.running_pieces`); ``ended``:
+    the last token is the end-of-text token that ended the run, shown as :data:`END_MARK`
+    (never as ``<|im_end|>``)."""
+    texts = list(table.text) if "text" in table.columns else list(table.token)
+    tips = [""] * len(texts)
+    if tokenizer is not None and "token_id" in table.columns:
+        pieces = running_pieces(tokenizer, table.token_id.tolist())
+        texts, tips = [t for t, _ in pieces], [t for _, t in pieces]
+    if ended and texts:
+        texts[-1] = END_MARK
+        tips[-1] = "the model ended the text here (end-of-text token)"
+    ranks = table["rank"] if "rank" in table.columns else [None] * len(table)
+    tops = table["top"] if "top" in table.columns else [""] * len(table)
+    titles = [
+        f"{tok}  p={prob_text(p)}  logp={lp:.3f}"
+        + (f"  rank {int(r)}" if r is not None and r == r else "")
+        + (f"\n{tip}" if tip else "")
+        + (f"\ntop: {top}" if top else "")
+        for tok, p, lp, r, top, tip in zip(
+            table.token, table.prob, table.logprob, ranks, tops, tips, strict=True
+        )
+    ]
+    return text_block(token_spans(texts, list(table.prob), titles, marks), prompt=prompt)
