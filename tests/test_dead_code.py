@@ -10,6 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# vulture comes with the test extra, as the references do: make wheel-check's runtime-only
+# venv deselects `reference` tests (-m "not reference")
+pytestmark = pytest.mark.reference
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIDENCE = 60
 
