@@ -37,7 +37,7 @@ import genlab
 lm = genlab.load("demo")
 lm.cache.max_bytes = 0  # every decode computes its passes (no forward cache)
 lm.generate("Hi", max_new_tokens=2)
-print("ready", flush=True)
+print("ready", lm.model.form_choice.form, flush=True)
 for line in sys.stdin:
     t = time.perf_counter()
     lm.generate("What is the capital of France?", chat=True, max_new_tokens=24,
@@ -62,6 +62,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--competitors", type=int, nargs="+", default=[2, 3, 0])
+    parser.add_argument(
+        "--weight-form", default="both", choices=["both", "split", "packed", "measured"],
+        help="GENLAB_WEIGHT_FORM of every process (measured: each measures its own as it "
+        "loads, so the settings may differ by form as well as by threads)",
+    )  # fmt: skip
     parser.add_argument("--order", choices=["torch-first", "genlab-first"], default="torch-first")
     parser.add_argument(
         "--settings", nargs="+", choices=list(SETTINGS),
@@ -70,20 +75,26 @@ def main() -> None:
     args = parser.parse_args()
     base = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     base.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(ROOT), args.order],
-            env={**base, **env},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for name, env in SETTINGS.items()
-        if name in args.settings
-    }
+    base.pop("GENLAB_WEIGHT_FORM", None)
+    if args.weight_form != "measured":  # the same form in every process: threads alone differ
+        base["GENLAB_WEIGHT_FORM"] = args.weight_form
+    # one after another: a process measures its weight form as it loads (models/matmul.py),
+    # and two processes loading together time each other's work into that choice
+    procs = {}
     try:
-        for p in procs.values():
-            assert p.stdout.readline().strip() == "ready"
+        for name, env in SETTINGS.items():
+            if name not in args.settings:
+                continue
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(ROOT), args.order],
+                env={**base, **env},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            ready = procs[name].stdout.readline().split()
+            assert ready and ready[0] == "ready", ready
+            print(f"{name}: loaded, weight form {ready[1]}", flush=True)
         for n in args.competitors:
             competitors = [
                 subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)
