@@ -103,10 +103,11 @@ def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
 
 
 def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
-    """The waterfall of one step as an HTML table (fast to draw, readable at any width):
-    one row per stage with its full name, the tokens still possible, the probability
-    mass it removed, and the top ``k`` tokens still possible after it, each with a bar of
-    its probability; the chosen token in orange (shown even outside the top k)."""
+    """The waterfall of one step as an HTML table (fast to draw, fits 768 px of output):
+    one row per stage with its full name (broken after "_" or "."), the tokens still
+    possible, the probability mass it removed, and the top ``k`` tokens still possible
+    after it, each over its probability and a bar of it (a long token wraps in its cell);
+    the chosen token in orange (shown even outside the top k)."""
     summary = trace.stage_summary(step, row=row)
     rows = []
     for i, st in enumerate(summary.itertuples(index=False)):
@@ -116,29 +117,29 @@ def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
             colour = "#f28e2b" if chosen else "#9aa5b1"
             weight = "font-weight:bold;color:#8a4500;" if chosen else ""
             note = "chosen: " if chosen else ""
+            shown = html.escape(show_token(tok))
             cells.append(
-                f'<td style="padding:1px 6px;white-space:nowrap;{weight}" title="{note}'
-                f"{html.escape(show_token(tok))} p={prob_text(p)}"
+                f'<td style="white-space:normal;overflow-wrap:break-word;max-width:8em;{weight}" '
+                f'title="{note}{shown} p={prob_text(p)}'
                 f'{html.escape(chr(10) + tip) if tip else ""}">'
-                f"{html.escape(show_token(tok))} {prob_text(p)}"
-                f'<div style="background:{colour};height:5px;width:{max(1, round(70 * p))}px">'
+                f"{shown}<br>{prob_text(p)}"
+                f'<div style="background:{colour};height:5px;width:{max(1, round(50 * p))}px">'
                 "</div></td>"
             )
         removed = "" if i == 0 else prob_text(st.removed_mass)
+        stage = html.escape(st.stage).replace("_", "_<wbr>").replace(".", ".<wbr>")
         rows.append(
-            f"<tr><td style='padding:1px 6px'><b>{html.escape(st.stage)}</b></td>"
-            f"<td style='text-align:right;padding:1px 6px'>{st.tokens_kept:,}</td>"
-            f"<td style='text-align:right;padding:1px 6px'>{removed}</td>{''.join(cells)}</tr>"
+            f"<tr><td><b>{stage}</b></td><td class='genlab-num'>{st.tokens_kept:,}</td>"
+            f"<td class='genlab-num'>{removed}</td>{''.join(cells)}</tr>"
         )
-    cell = "padding:1px 6px;white-space:normal"  # the headers may wrap in this table
     head = (
-        f"<tr><th style='{cell}'>stage</th><th style='{cell}'>tokens possible</th>"
-        f"<th style='{cell}'>mass removed</th><th colspan='{k}' style='{cell};text-align:left'>"
-        "most likely tokens after the stage (orange: the chosen token)</th></tr>"
+        "<thead><tr><th>stage</th><th class='genlab-num'>tokens possible</th>"
+        f"<th class='genlab-num'>mass removed</th><th colspan='{k}'>"
+        "most likely tokens after the stage (orange: the chosen token)</th></tr></thead>"
     )
     return (
-        f'<div class="genlab-waterfall" style="overflow-x:auto;max-width:100%">{TABLE_CSS}'
-        f'<table class="genlab-table" style="border-collapse:collapse">{head}{"".join(rows)}'
+        f'<div class="genlab-waterfall genlab-frame" style="overflow-x:auto;max-width:100%">'
+        f'{TABLE_CSS}<table class="genlab-table">{head}<tbody>{"".join(rows)}</tbody>'
         "</table></div>"
     )
 
