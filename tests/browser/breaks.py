@@ -37,6 +37,16 @@ FAILS = {
         "click an alternative forks (debugger)",
         "click an alternative continues (playground)",
     ],
+    "tree": ["the Branches tab draws the tree"],
+    "stepnum": ["the debugger's status names the waterfall's step"],
+    "refused": ["a refused click's message goes when the Run stops"],
+    "stale": ["a refused max_new_tokens goes once a valid one is taken"],
+    "snap": ["the lens layer slider stays where it is moved"],
+    "sentence": ["sentences end before 'The last good result'"],
+    "suggest": ["SweepView suggests an n inside 1-256"],
+    "none_label": ["low_memory shows no 'None'"],
+    "eos": ["the model's end shown as a mark, with why the run stopped"],
+    "beams": ["num_beams=1e9 refused with its bound, no RuntimeError"],
 }
 
 
@@ -112,8 +122,16 @@ def apply() -> list[str]:
 
         beam.textwrap = types.SimpleNamespace(fill=lambda text, width: text)
     import genlab.widgets.branching as branching
-    import genlab.widgets.config_panel as config_panel
     import genlab.widgets.debugger as debugger
+
+    if "tables" in names:  # the waterfall as before: each token and its p on one line
+        old_waterfall = debugger.waterfall_html
+        debugger.waterfall_html = lambda *a, **k: (
+            old_waterfall(*a, **k)
+            .replace("white-space:normal;overflow-wrap:break-word;max-width:8em;", "")
+            .replace("<br>", " ")
+        )
+    import genlab.widgets.config_panel as config_panel
     import genlab.widgets.explorers as explorers
     import genlab.widgets.live as live
     import genlab.widgets.playground as playground
@@ -201,6 +219,109 @@ def apply() -> list[str]:
                 self.candidates.options = [*self.candidates.options, ("gone  p=0.000", -1)]
 
         debugger.StepDebugger._render_current = render_current
+    if "tree" in names:  # the Branches tab left empty
+        import genlab.widgets.tree as tree
+
+        tree.BranchTree.refresh = lambda self: None
+    if "stepnum" in names:  # the status counts the tokens as the step ("step 4" / "step 3")
+        old_status_draw = debugger.StepDebugger._draw
+
+        def draw_step(self):
+            old_status_draw(self)
+            step = self.current_step
+            if step is not None:
+                self.status.value = self.status.value.replace(
+                    f"step {step} (", f"step {step + 1} ("
+                )
+
+        debugger.StepDebugger._draw = draw_step
+    if "refused" in names:  # "... Press Stop first." stays after the Run has stopped
+        old_refused_draw = debugger.StepDebugger._draw
+
+        def draw_refused(self):
+            refused = self._refused
+            old_refused_draw(self)
+            if refused:
+                self.status.value += render.message(refused, "warn")
+
+        debugger.StepDebugger._draw = draw_refused
+    if "stale" in names:  # a refused length stays in red after a valid one is taken
+        old_settings = debugger.StepDebugger._settings_changed
+
+        def settings_changed(self, panel, names):
+            error = self.error
+            old_settings(self, panel, names)
+            if error and self.error is None:
+                self.error = error
+                self._render()
+
+        debugger.StepDebugger._settings_changed = settings_changed
+    if "snap" in names:  # a moved layer slider snaps back while "most focused head" is ticked
+        import genlab.widgets.inside as inside
+
+        inside.LensView._chose_head = lambda self: (
+            None if self._quiet or self.lens is None else self._update_step()
+        )
+    if "sentence" in names:  # a message without its full stop: "...1e3 The last good result"
+        base.sentence = lambda text: text.rstrip().rstrip(".")
+    if "suggest" in names:  # an example outside the range: "such as 0, 1 or 42"
+        import genlab.widgets.sweep as sweep
+
+        old_sweep_int = sweep.parse_int
+
+        def sweep_int(text, name, low=None, high=None):
+            try:
+                return old_sweep_int(text, name, low, high)
+            except ValueError as err:
+                raise ValueError(
+                    str(err).replace(f"such as {low} or {high}", "such as 0, 1 or 42")
+                ) from None
+
+        sweep.parse_int = sweep_int
+    if "none_label" in names:  # a dropdown's None shown as "None"
+        import genlab.widgets.fields as fields
+
+        fields.NONE_LABEL = "None"
+    if "eos" in names:  # the end-of-text token shown as itself, no reason given
+        old_result_html = playground.result_html
+        playground.result_html = lambda *a, **k: old_result_html(*a, **{**k, "ended": False})
+        playground.ended_text = lambda run: ""
+    if "beams" in names:  # as before the bounds: num_beams=1e9 taken, the run's allocation
+        # fails and its raw RuntimeError is shown (raised here, before anything is allocated)
+        import dataclasses
+
+        import genlab.config.limits as limits
+
+        class Unbounded(limits.Limits):
+            def bounds(self):
+                return {k: v for k, v in super().bounds().items() if k != "num_beams"}
+
+            def check(self, config, prompt_length=0):
+                if (getattr(config, "num_beams", None) or 1) <= limits.MAX_ROWS:
+                    super().check(config, prompt_length)
+
+        class Allocating(Unbounded):
+            def check(self, config, prompt_length=0):
+                if (getattr(config, "num_beams", None) or 1) > limits.MAX_ROWS:
+                    raise RuntimeError(
+                        "[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: not "
+                        "enough memory: you tried to allocate 48000000000 bytes."
+                    )
+                super().check(config, prompt_length)
+
+        def fields_of(lm, cls=Unbounded):
+            return cls(**dataclasses.asdict(limits.model_limits(lm.info)))
+
+        explorers.limits_of = fields_of
+        live.limits_of = lambda lm: fields_of(lm, Allocating)
+        old_error_text = base.error_text
+
+        def raw_error(err):
+            if isinstance(err, RuntimeError):
+                return f"{type(err).__name__}: {err}"
+            return old_error_text(err)
+
+        base.error_text = raw_error
     if "console" in names:
         from IPython.display import Javascript, display
 
