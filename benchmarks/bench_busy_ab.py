@@ -67,6 +67,7 @@ def main() -> None:
         help="GENLAB_WEIGHT_FORM of every process (measured: each measures its own as it "
         "loads, so the settings may differ by form as well as by threads)",
     )  # fmt: skip
+    parser.add_argument("--copies", type=int, default=2, help="processes per setting")
     parser.add_argument("--order", choices=["torch-first", "genlab-first"], default="torch-first")
     parser.add_argument(
         "--settings", nargs="+", choices=list(SETTINGS),
@@ -79,39 +80,42 @@ def main() -> None:
     if args.weight_form != "measured":  # the same form in every process: threads alone differ
         base["GENLAB_WEIGHT_FORM"] = args.weight_form
     # one after another: a process measures its weight form as it loads (models/matmul.py),
-    # and two processes loading together time each other's work into that choice
+    # and two processes loading together time each other's work into that choice. Each
+    # setting runs in --copies processes loaded in mirrored order (A B B A): on the quiet
+    # EPYC the process loaded first decoded 4-9 % slower than the others, whatever its setting
+    chosen = [name for name in SETTINGS if name in args.settings]
+    order = [(name, c) for c in range(args.copies) for name in (chosen[::-1] if c % 2 else chosen)]
     procs = {}
     try:
-        for name, env in SETTINGS.items():
-            if name not in args.settings:
-                continue
-            procs[name] = subprocess.Popen(
+        for name, c in order:
+            procs[(name, c)] = subprocess.Popen(
                 [sys.executable, "-c", CHILD, str(ROOT), args.order],
-                env={**base, **env},
+                env={**base, **SETTINGS[name]},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            ready = procs[name].stdout.readline().split()
+            ready = procs[(name, c)].stdout.readline().split()
             assert ready and ready[0] == "ready", ready
-            print(f"{name}: loaded, weight form {ready[1]}", flush=True)
+            print(f"{name} (copy {c}): loaded, weight form {ready[1]}", flush=True)
         for n in args.competitors:
             competitors = [
                 subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)
             ]
             try:
                 time.sleep(1.0)
-                seconds: dict[str, list[float]] = {name: [] for name in procs}
+                seconds: dict[str, list[float]] = {name: [] for name in chosen}
                 loads = []
                 for r in range(args.rounds):
-                    for name in list(procs) if r % 2 == 0 else list(procs)[::-1]:
+                    for key in list(procs) if r % 2 == 0 else list(procs)[::-1]:
+                        name = key[0]
                         loads.append(load_average())
-                        procs[name].stdin.write("go\n")
-                        procs[name].stdin.flush()
-                        out = json.loads(procs[name].stdout.readline())
+                        procs[key].stdin.write("go\n")
+                        procs[key].stdin.flush()
+                        out = json.loads(procs[key].stdout.readline())
                         seconds[name].append(out["s"])
                         print(
-                            f"  {n} competitors round {r} {name:24s} {out['s']:6.2f} s "
+                            f"  {n} competitors round {r} {name:24s} #{key[1]} {out['s']:6.2f} s "
                             f"(parked {out['parked']}; load average {loads[-1]:.1f})",
                             flush=True,
                         )
