@@ -745,16 +745,14 @@ class Run:
         if registry:
             logits = registry.fire("logits", logits, idx)
 
-        # 2. logits processors (the strategy decides how: beams take a log-softmax first);
-        # a processor's random draws (XTC's) come from the run's generator in every mode
+        # 2. logits processors (the strategy decides how: beams take a log-softmax first),
+        # 3. choose. A processor's random draws (XTC's, also in assisted decoding's drafts,
+        # processed during select) come from the run's generator in every mode
         with drawing_from(ctx.random):
             scores = strategy.process(ctx, logits)
-        if registry:
-            scores = registry.fire("scores", scores, idx)
-
-        # 3. choose
-        took = state.forced[0] if state.forced else None
-        with drawing_from(ctx.random):  # assisted decoding processes its drafts here
+            if registry:
+                scores = registry.fire("scores", scores, idx)
+            took = state.forced[0] if state.forced else None
             sel = (
                 strategy.select(ctx, scores) if took is None else strategy.force(ctx, scores, took)
             )

@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..processors.samplers import drawing_from
 from ..stepdata import StepData
 
 
@@ -86,9 +85,9 @@ class Strategy:
 
     def process(self, ctx, logits: torch.Tensor) -> torch.Tensor:
         """The scores to choose from: raw ``logits`` (rows, vocab) through the logits
-        processors (``ctx.process``)."""
-        with drawing_from(ctx.random):  # XTC's draws come from the run's generator
-            return ctx.process(ctx.sequences, logits)
+        processors (``ctx.process``; the engine has bound the run's generator for their
+        draws: :func:`~genlab.processors.samplers.drawing_from`)."""
+        return ctx.process(ctx.sequences, logits)
 
     def select(self, ctx, scores: torch.Tensor) -> Selection:
         """Choose the next token of every row from ``scores`` (rows, vocab)."""
