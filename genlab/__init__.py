@@ -71,6 +71,10 @@ _LAZY = {
     "attention": ("inside", "attention"),
     "score": ("lm", "score"),
     "sweep": ("sweeps", "sweep"),
+    "best_of_n": ("compute", "best_of_n"),
+    "self_consistency": ("compute", "self_consistency"),
+    "coverage_curve": ("compute", "coverage_curve"),
+    "pass_at_k": ("compute", "pass_at_k"),
     "activations": ("steering", "activations"),
     "steering_vector": ("steering", "steering_vector"),
     "steer": ("steering", "steer"),
@@ -83,7 +87,7 @@ _LAZY = {
 
 
 # the subpackages a user reaches as attributes (`genlab.plots.token_probs`)
-_SUBPACKAGES = ("plots", "widgets", "tokens", "models", "processors")
+_SUBPACKAGES = ("plots", "widgets", "tokens", "models", "processors", "tasks")
 
 # `import genlab` stays fast and light: torch is imported when a name that needs it is
 # first read. `__all__` is withheld from pydoc only, so that help(genlab) is the guide

@@ -12,7 +12,8 @@ here imports widgets. Grouped by subject:
   candidates;
 * :mod:`genlab.plots.samplers`: what DRY, XTC and mirostat did in a run (repeats
   matched, fires, μ against the surprise);
-* :mod:`genlab.plots.steering`: input attribution, activation patching, steering sweeps.
+* :mod:`genlab.plots.steering`: input attribution, activation patching, steering sweeps;
+* :mod:`genlab.plots.compute`: coverage, majority vote and best-of-N against N samples.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ _LAZY = {
     "xtc_table": "samplers",
     "mirostat_table": "samplers",
     "mirostat_plot": "samplers",
+    "coverage_plot": "compute",
 }
 
 

@@ -10,6 +10,8 @@
 * :class:`InsideView` -- a steering vector at a layer with a strength slider, and the
   attribution heatmap of the generated text;
 * :class:`SweepView` -- a sampling sweep over a grid of settings, its metrics and samples;
+* :class:`SampleView` -- the N samples of one prompt grouped by answer, with what
+  best-of-N, the majority vote and a verifier each keep;
 * :class:`BranchTree` -- every run explored (forks, forced tokens, alternatives clicked)
   as one tree of tokens, to continue from any node (a tab of the StepDebugger).
 
@@ -34,6 +36,7 @@ _LAZY = {
     "BeamExplorer": "explorers",
     "LensView": "inside",
     "SweepView": "sweep",
+    "SampleView": "samples",
     "InsideView": "steering",
     "BranchTree": "tree",
 }
