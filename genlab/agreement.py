@@ -36,6 +36,10 @@ DEFAULT_PROMPTS = (
 )
 
 
+#: the columns of :func:`compare`'s table (also when it has no rows: max_new_tokens=0)
+COLUMNS = ["prompt", "step", "top1_agree", "kl", "top", "p_top", "other_top", "other_p_top"]
+
+
 def _all_logits(lm, ids: torch.LongTensor) -> torch.Tensor:
     """float32 log-probabilities (length, vocab) of every next token of ``ids`` (1, length)."""
     return teacher_forced(lm.model, ids).logits[0].float().log_softmax(-1)
@@ -53,6 +57,11 @@ def compare(lm, other, prompts=None, *, max_new_tokens: int = 32, chat: bool = T
     if isinstance(prompts, str):
         prompts = [prompts]
     prompts = list(DEFAULT_PROMPTS if prompts is None else prompts)
+    if not prompts:
+        raise ValueError(
+            "prompts is empty: give at least one prompt to compare on, or leave prompts out "
+            f"(None) for the {len(DEFAULT_PROMPTS)} default chat questions"
+        )
     rows = []
     for p_index, prompt in enumerate(prompts):
         res = lm.generate(prompt, chat=chat, max_new_tokens=max_new_tokens)
@@ -74,7 +83,7 @@ def compare(lm, other, prompts=None, *, max_new_tokens: int = 32, chat: bool = T
                     "other_p_top": float(oth[pos, b].exp()),
                 }
             )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def summary(table: pd.DataFrame) -> dict:

@@ -38,7 +38,7 @@ from .caches import compiled_forward
 from .config import prepare_config
 from .context import StepContext
 from .history import Timeline, needs_replay
-from .hooks import HookRegistry
+from .hooks import HookRegistry, warn_unheard
 from .ids import check_ids
 from .inputs import forced_ids, prepare_inputs, warn_ignored_arguments
 from .models.adapt import as_model
@@ -735,6 +735,8 @@ class Run:
         forced id it took, the new tokens for the streamer and whether the run is done."""
         self._refresh_plan(values)
         registry, ctx, strategy = self.registry, self._ctx, state.strategy
+        if registry:
+            warn_unheard(registry, state.plan)  # hooks at processor labels the plan lacks
         cfg, idx = state.plan.config, state.step_index
         if state.sequences.shape[1] >= int(cfg.max_length):
             raise _AtLimit

@@ -110,6 +110,49 @@ def check_replacement(name: str, fn: Hook, old: Any, new: Any) -> Any:
     return new.to(old.dtype) if new.dtype != old.dtype else new
 
 
+def warn_unheard(registry: HookRegistry, plan: Any) -> None:
+    """Warn, once per label and set of stages, about hooks at ``processor.<label>`` where
+    no processor of the step's ``plan`` (:class:`~genlab.plan.Plan`) has that label: they
+    would never be called. A warning, not an error: a config edit may turn that
+    processor on later. ``sampler_order`` names mirostat ``"mirostat"`` for both versions,
+    while the stage label of ``mirostat_mode=2`` is ``"mirostat_v2"``."""
+    import difflib
+    import warnings
+
+    hooked = [p for p in registry._hooks if p.startswith("processor.")]
+    if not hooked:
+        return
+    from .processors.base import stage_name_of
+
+    stages = [stage_name_of(p) for p in plan.processors or ()]
+    if plan.mode == "dola_generation":
+        stages.append("dola")  # the strategy's own stage
+    warned = registry.warned_unheard
+    for point in hooked:
+        label = point[len("processor.") :]
+        if label in stages:
+            continue
+        key = (label, tuple(stages))
+        if key in warned:
+            continue
+        warned.add(key)
+        close = difflib.get_close_matches(label, stages, n=1, cutoff=0.6)
+        hint = f"Did you mean 'processor.{close[0]}'? " if close else ""
+        if label.startswith("mirostat"):
+            hint += (
+                "(sampler_order names both mirostat versions 'mirostat'; their stage labels "
+                "are 'mirostat' for mirostat_mode=1 and 'mirostat_v2' for mirostat_mode=2.) "
+            )
+        warnings.warn(
+            f"the hook at {point!r} is never called: no processor of this run has the stage "
+            f"label {label!r}; its stages are {stages or 'none'}. {hint}Hook one of those "
+            "stages, or turn that processor on in the config (its hook then runs from that "
+            "step on).",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
 #: points whose observers see the value before the hooks (the step is already committed)
 _OBSERVE_FIRST = ("step_end", "finish")
 #: points whose hooks observe only: what they return is ignored
@@ -127,6 +170,8 @@ class HookRegistry:
         self._hooks: dict[str, list[Hook]] = {}
         # observers: fn(point, value, step), never replace values; "processor.*" matches all
         self._observers: dict[str, list[Callable[[str, Any, int], None]]] = {}
+        #: (label, stages) of the processor hooks :func:`warn_unheard` warned about
+        self.warned_unheard: set[tuple[str, tuple[str, ...]]] = set()
 
     def __bool__(self) -> bool:
         return bool(self._hooks) or bool(self._observers)

@@ -120,7 +120,7 @@ class LM:
             texts = [self._chat_text(head + list(m)) for m in prompt]
             enc = _tokenize(tok, texts, add_special_tokens=False)
             return enc["input_ids"], enc["attention_mask"]
-        texts = [prompt] if isinstance(prompt, str) else list(prompt)
+        texts = [prompt] if isinstance(prompt, str) else _texts(prompt)
         if chat:
             msgs = [[{"role": "system", "content": system}] if system else [] for _ in texts]
             texts = [
@@ -243,6 +243,8 @@ class LM:
 
     def _new_run(self, prompt, chat, system, trace, seed, keep_history, config) -> Run:
         prompt = _prompt_from_keywords(prompt, config)
+        # transformers users pass the tokenizer for stop strings: it is this LM's already
+        tokenizer = config.pop("tokenizer", None) or self.tokenizer
         ids, mask = (
             (None, None) if prompt is None else self.encode(prompt, chat=chat, system=system)
         )
@@ -254,7 +256,7 @@ class LM:
             self.model,
             input_ids=ids,
             attention_mask=mask,
-            tokenizer=self.tokenizer,
+            tokenizer=tokenizer,
             trace=trace,
             seed=seed,
             keep_history=keep_history,
@@ -322,6 +324,18 @@ def score(model, text, **kwargs):
     """
     lm = model if isinstance(model, LM) else LM(model)
     return lm.score(text, **kwargs)
+
+
+def _texts(prompt) -> list[str]:
+    """A batch of texts as a list, or a ValueError naming what a prompt may be."""
+    if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, str) for t in prompt):
+        return list(prompt)
+    got = f"{type(prompt).__name__} {prompt!r}"[:80]
+    raise ValueError(
+        f"prompt: got {got}; give a text, a list of texts, chat messages (dicts with role "
+        "and content), a tensor of token ids (torch.tensor([[ids...]])) or a tokenizer's "
+        "output"
+    )
 
 
 def _check_system(prompt, chat, system) -> None:

@@ -116,12 +116,27 @@ def steering_vector(
     model = _model_with_points(getattr(lm, "model", lm), "steering_vector")
     name = point or RESID.format(layer=layer)
     model.check_hook_point(name)
+    if isinstance(position, bool) or not isinstance(position, int):
+        raise ValueError(f"position={position!r}: give a token index (an int; -1: the last)")
     diffs = []
     for pos, neg in zip(positive, negative, strict=True):
-        a = activations(lm, pos, names=[name], chat=chat)[name][0, position]
-        b = activations(lm, neg, names=[name], chat=chat)[name][0, position]
+        a = _at(activations(lm, pos, names=[name], chat=chat)[name], position, pos)
+        b = _at(activations(lm, neg, names=[name], chat=chat)[name], position, neg)
         diffs.append(a.float() - b.float())
     return torch.stack(diffs).mean(0)
+
+
+def _at(values: torch.Tensor, position: int, prompt: Any) -> torch.Tensor:
+    """``values`` (1, length, ...) at token ``position`` of ``prompt``, or a ValueError
+    naming the position and the prompt's length."""
+    length = values.shape[1]
+    if not -length <= position < length:
+        raise ValueError(
+            f"position={position} is outside the prompt {prompt!r}, which is {length} tokens "
+            f"long: give a position in [{-length}, {length - 1}] (-1, the default, is the "
+            "last token), or longer prompts"
+        )
+    return values[0, position]
 
 
 def _where(positions: torch.Tensor, chosen) -> torch.Tensor | None:

@@ -76,6 +76,7 @@ def repetition(tokens: list[int], n: int = 2) -> float:
 
 def _check_grid(grid) -> dict[str, list]:
     from .config import GenerationConfig
+    from .config.sampler_fields import SAMPLER_FIELDS
 
     if not isinstance(grid, dict) or not grid:
         raise ValueError(
@@ -85,8 +86,11 @@ def _check_grid(grid) -> dict[str, list]:
     plain = GenerationConfig()
     out = {}
     for key, values in grid.items():
-        if not hasattr(plain, key):
-            raise ValueError(f"grid: {key!r} is not a GenerationConfig field")
+        if not hasattr(plain, key) and key not in SAMPLER_FIELDS:
+            raise ValueError(
+                f"grid: {key!r} is not a GenerationConfig field (nor a setting of genlab's "
+                "samplers, genlab.config.sampler_fields.SAMPLER_FIELDS)"
+            )
         if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
             values = [values]
         values = list(values)
@@ -179,6 +183,7 @@ def sweep(
     sample_rows: list[dict] = []
     metric_rows: list[dict] = []
     jobs = [dict(zip(keys, values, strict=True)) for values in settings]
+    _check_beams(jobs, n, config)
     args = (prompt_ids, n, seed, config)
     if executor is None:
         outcomes = []
@@ -204,6 +209,19 @@ def sweep(
         seconds=time.perf_counter() - t0,
         n=n,
     )
+
+
+def _check_beams(jobs: list[dict], n: int, config: dict) -> None:
+    """Refuse, before any generation, a beam setting that cannot give ``n`` samples: beam
+    search returns at most ``num_beams`` sequences."""
+    for setting in jobs:
+        beams = int({**config, **setting}.get("num_beams") or 1)
+        if 1 < beams < n:
+            raise ValueError(
+                f"the setting {setting} runs beam search with num_beams={beams}, which returns "
+                f"at most {beams} sequences, but the sweep asks for n={n} samples per setting: "
+                f"lower n to {beams}, or give num_beams values >= {n}"
+            )
 
 
 @dataclass(frozen=True)

@@ -305,13 +305,15 @@ def default_threads() -> int | None:
 
 def configure() -> int:
     """Apply :func:`default_threads` once per process (later calls do nothing, so that a
-    ``torch.set_num_threads`` of the user's after loading stays); returns the thread count."""
+    ``torch.set_num_threads`` of the user's after loading stays); returns the thread count.
+    A refused ``GENLAB_THREADS`` raises and does not count: the corrected value applies at
+    the next call."""
     global _configured
     import torch
 
     if not _configured:
+        threads = default_threads()  # a refused GENLAB_THREADS raises before it counts
         _configured = True
-        threads = default_threads()
         if threads is not None and threads != torch.get_num_threads():
             torch.set_num_threads(threads)
     adapt()  # a busy machine: the weight-form probe that follows runs with threads parked

@@ -33,6 +33,9 @@ READ_UNSEEN = {
     "object_fit": "ipywidgets lays out with it",
     "_mapped_data": "holds the memory map open while the array views it",
     "_vocab_mask_cache": "read through self.__dict__.get (a processor built by copy lacks it)",
+    "handle_starttag": "html.parser.HTMLParser calls it (widgets/base.py's _ActiveContent)",
+    "handle_endtag": "html.parser.HTMLParser calls it (widgets/base.py's _ActiveContent)",
+    "handle_data": "html.parser.HTMLParser calls it (widgets/base.py's _ActiveContent)",
     # the reference's public names, which transformers users read
     "extra_output_flags": "transformers' GenerationConfig.extra_output_flags",
     "transformers_version": "written to generation_config.json, as the reference does",

@@ -37,7 +37,7 @@ from .fields import (
     normalize_sequence_bias,
 )
 from .files import GENERATION_CONFIG_NAME, read_json_dict, resolve_config_file
-from .sampler_fields import SAMPLER_FIELDS, check_sampler_fields
+from .sampler_fields import SAMPLER_FIELDS, SAMPLING_ONLY_SAMPLER_FIELDS, check_sampler_fields
 from .small import check_compile_config, check_watermarking, coerce_compile, coerce_watermarking
 
 # The transformers release whose GenerationConfig this module mirrors; written into
@@ -330,6 +330,11 @@ class GenerationConfig:
         """
         self.watermarking_config = coerce_watermarking(self.watermarking_config)
         self.compile_config = coerce_compile(self.compile_config)
+        bias = getattr(self, "sequence_bias", None)
+        if isinstance(bias, dict) and any(isinstance(k, str) for k in bias):
+            # keys as a JSON file holds them ("(10454,)"): read back as tuples of ids, the
+            # form generate() takes (the reference keeps the strings and then refuses them)
+            self.sequence_bias = normalize_sequence_bias(bias)
         minor: dict[str, str] = {}
 
         # 1. each field on its own, from its spec
@@ -386,6 +391,11 @@ class GenerationConfig:
                     continue
                 value = getattr(self, name)
                 if value is not None and value != default:
+                    minor[name] = f"{value!r} " + unused.format(default=default)
+            # genlab's samplers that only run when sampling (attributes only once set)
+            for name, default in SAMPLING_ONLY_SAMPLER_FIELDS.items():
+                value = getattr(self, name, default)
+                if value != default:
                     minor[name] = f"{value!r} " + unused.format(default=default)
 
         if self.num_beams == 1:

@@ -13,6 +13,7 @@ sampler is off by default.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .fields import FieldSpec, _bad, check_spec_value
@@ -102,6 +103,21 @@ _SPECS = [
 #: the samplers' settings, by name
 SAMPLER_FIELDS: dict[str, FieldSpec] = {spec.name: spec for spec in _SPECS}
 
+#: the settings that turn on a sampler that only runs when sampling, with their "off"
+#: value: set while ``do_sample=False`` they change nothing, so ``validate()`` warns, as the
+#: reference does for ``temperature`` or ``top_k`` (DRY is a penalty and runs either way)
+SAMPLING_ONLY_SAMPLER_FIELDS: dict[str, Any] = {
+    name: SAMPLER_FIELDS[name].default
+    for name in (
+        "top_n_sigma",
+        "dynatemp_low",
+        "smoothing_factor",
+        "xtc_probability",
+        "mirostat_mode",
+        "sampler_order",
+    )
+}
+
 _CHECKS = {"sampler_order": _check_sampler_order}
 
 
@@ -121,7 +137,15 @@ def check_sampler_fields(config: Any) -> None:
     values = vars(config) if not isinstance(config, dict) else config
     for name, spec in SAMPLER_FIELDS.items():
         if name in values:
-            check_spec_value(spec, values[name], checks=_CHECKS)
+            value = values[name]
+            check_spec_value(spec, value, checks=_CHECKS)
+            if spec.kind == "float" and value is not None and not math.isfinite(value):
+                raise _bad(
+                    name,
+                    value,
+                    "a finite " + spec.describe().removeprefix("a "),
+                    f"Infinity is no setting of this sampler: give a finite value ({spec.help})",
+                )
     low = values.get("dynatemp_low")
     high = values.get("dynatemp_high", SAMPLER_FIELDS["dynatemp_high"].default)
     if low is not None and high < low:
@@ -133,4 +157,10 @@ def check_sampler_fields(config: Any) -> None:
         )
 
 
-__all__ = ["SAMPLER_FIELDS", "SAMPLER_NAMES", "check_sampler_fields", "sampler_setting"]
+__all__ = [
+    "SAMPLER_FIELDS",
+    "SAMPLER_NAMES",
+    "SAMPLING_ONLY_SAMPLER_FIELDS",
+    "check_sampler_fields",
+    "sampler_setting",
+]

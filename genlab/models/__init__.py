@@ -75,7 +75,24 @@ def load_model(
         return load_gguf(path, dtype=dtype, quantization=quantization)
     from genlab.models.checkpoints import load_checkpoint
 
-    return load_checkpoint(source, revision=revision, dtype=dtype, quantization=quantization)
+    try:
+        return load_checkpoint(source, revision=revision, dtype=dtype, quantization=quantization)
+    except ValueError as err:
+        if not _looks_like_demo(source):
+            raise
+        raise ValueError(
+            f"{err}\nDid you mean genlab.load({DEMO_SOURCE!r}), the embedded demo model?"
+        ) from None
+
+
+def _looks_like_demo(source: str | os.PathLike) -> bool:
+    """Whether ``source`` that failed to load is a misspelt ``"demo"`` ("dmeo", "Demo")."""
+    import difflib
+
+    text = str(source).strip().lower()
+    if Path(source).exists() or "/" in text:
+        return False
+    return difflib.SequenceMatcher(None, text, DEMO_SOURCE).ratio() >= 0.6
 
 
 def load_demo(*, add_bos_token: bool | None = None, dtype=None, quantization=None):

@@ -117,6 +117,12 @@ def _check_value(name: str, fn, old: torch.Tensor, new: Any) -> torch.Tensor:
             f"the {name!r} hook {what} returned shape {tuple(new.shape)}; it must keep the "
             f"shape {tuple(old.shape)} of what it was given"
         )
+    if new.is_floating_point() and not bool(torch.isfinite(new).all()):
+        raise ValueError(
+            f"the {name!r} hook {what} returned NaN or infinite values; activations inside "
+            "the model must stay finite (every later layer and score would turn NaN): return "
+            "finite values, e.g. torch.nan_to_num(x), or None to leave the value as it is"
+        )
     return new.to(dtype=old.dtype, device=old.device)
 
 

@@ -49,6 +49,7 @@ import torch
 from ..models import early_exit
 from ..models.base import ModelOutput
 from ..stepdata import AssistedStep, DraftSource
+from ..stopping import StopStringCriteria
 from .base import Selection
 from .sampling import TokenByToken
 
@@ -189,6 +190,9 @@ class ModelDrafter:
         cfg.cache_implementation = None
         cfg.prompt_lookup_num_tokens = None
         cfg.assistant_early_exit = None
+        # stop strings: the draft gets the run's own criteria (below), built with the
+        # tokenizer the draft run does not have
+        cfg.stop_strings = None
         return cfg
 
     def draft(self, ctx, ids):
@@ -218,6 +222,12 @@ class ModelDrafter:
                 max_new_tokens=max_new,
                 min_new_tokens=min_new,
                 cache=self.cache,
+                # a draft ends at a stop string, as the reference's does, so that the
+                # verified step ends there too
+                stopping_criteria=[
+                    c for c in ctx.stopping_criteria if isinstance(c, StopStringCriteria)
+                ]
+                or None,
             )
         draft.run(keep_on_interrupt=False)
         self.cache = draft.views.cache

@@ -21,6 +21,7 @@ import html
 import math
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -168,13 +169,85 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16
 </style>"""
 
 
+#: elements that run code, load another document, or send the reader somewhere
+_ACTIVE_TAGS = frozenset(
+    "script iframe frame frameset object embed applet link base meta form".split()
+)
+#: attributes whose value is a URL that a browser loads or follows
+_URL_ATTRIBUTES = frozenset(
+    "src href action formaction srcset poster background data xlink:href".split()
+)
+
+
+class _ActiveContent(HTMLParser):
+    """What in an HTML text would run or load something: elements, event handlers and URL
+    attributes (``data:`` and ``#`` links are part of the page), and CSS that loads. Text
+    and attribute values such as ``title`` are words, whatever they say."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag in _ACTIVE_TAGS:
+            self.found.append(f"a <{tag}> element")
+        self._in_style = tag == "style"
+        for name, value in attrs:
+            value = (value or "").strip()
+            if name.startswith("on"):
+                self.found.append(f"an event handler {name}=")
+            elif name in _URL_ATTRIBUTES and not value.lower().startswith(("data:", "#")):
+                self.found.append(f"{name}={value[:60]!r}")
+            elif name == "style":
+                self._css(value)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_style:
+            self._css(data)
+
+    def _css(self, css: str) -> None:
+        lowered = css.lower()
+        if "@import" in lowered:
+            self.found.append("a CSS @import")
+        for piece in lowered.split("url(")[1:]:
+            if not piece.strip().lstrip("'\"").startswith(("data:", "#")):
+                self.found.append(f"a CSS url({piece[:60]}")
+
+
+def active_content(body: str) -> list[str]:
+    """What in the HTML text ``body`` would run code or load from another machine
+    (empty when it is a self-contained page).
+
+    >>> active_content('<p title="see https://example.com">https://example.com</p>')
+    []
+    >>> active_content('<img src="https://example.com/x.png"><b onclick="f()">b</b>')
+    ["src='https://example.com/x.png'", 'an event handler onclick=']
+    """
+    parser = _ActiveContent()
+    parser.feed(body)
+    parser.close()
+    return parser.found
+
+
 def save_html(widget, path, title: str | None = None) -> Path:
     """Write ``widget.static_html()`` (its view now) as one self-contained HTML page at
     ``path``: figures inline as PNG data, hover details as ``title`` attributes; no
-    script, no style sheet or font from another machine, no kernel. Returns the path."""
+    script, no style sheet or font from another machine, no kernel. Returns the path.
+    A view holding active content (:func:`active_content`) is refused; a URL in the text
+    is text."""
     body = widget.static_html()
-    if "http://" in body or "https://" in body or "<script" in body.lower():
-        raise ValueError("this view refers to another machine or a script; it cannot be saved")
+    found = active_content(body)
+    if found:
+        raise ValueError(
+            f"this view holds active content ({', '.join(found[:3])}), so the page would "
+            "run code or load from another machine; it cannot be saved as a self-contained "
+            "page. Show the view in the notebook instead."
+        )
     name = title or type(widget).__name__
     page = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -34,8 +34,15 @@ from .render import TABLE_CSS, frame_html, message, prob_colour, prob_text
 TREE_COLUMNS = ["node", "parent", "step", "token", "token_id", "prob", "forced", "runs", "depth"]
 
 
-def _run_steps(run) -> list[tuple[int, float, bool]]:
-    """(token id, probability, forced) of each generated token of row 0 of ``run``."""
+def _run_steps(run, which: str) -> list[tuple[int, float, bool]]:
+    """(token id, probability, forced) of each generated token of row 0 of ``run`` (named
+    ``which`` in the error), from its trace."""
+    if getattr(run, "tracer", None) is None:
+        raise ValueError(
+            f"BranchTree draws each run's recorded trace, and {which} "
+            f"({type(run).__name__}) has none: start the runs with trace=True, e.g. "
+            "run = lm.start(prompt, trace=True) (its forks keep the trace)"
+        )
     steps = run.tracer.trace.steps()
     if steps.empty:
         return []
@@ -57,7 +64,7 @@ def build_tree(runs: list, tokenizer) -> pd.DataFrame:
     for index, run in enumerate(runs):
         prefix: tuple[int, ...] = ()
         nodes[()]["runs"].append(index)
-        for step, (tid, p, forced) in enumerate(_run_steps(run)):
+        for step, (tid, p, forced) in enumerate(_run_steps(run, f"run {index}")):
             key = (*prefix, tid)
             if key not in nodes:
                 nodes[key] = {
@@ -181,7 +188,7 @@ class BranchTree(Panel):
         run = self._active() if self._active is not None else None
         if run is None:
             return None
-        path = [t for t, _, _ in _run_steps(run)]
+        path = [t for t, _, _ in _run_steps(run, "the active run")]
         table, node = self._table, 0
         for tid in path:
             kids = table[(table.parent == node) & (table.token_id == tid)]
