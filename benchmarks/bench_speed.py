@@ -8,8 +8,7 @@ Run from the repository root::
 In one process, on the demo model's weights (SmolLM2-135M-Instruct, float32 from the
 GGUF file, the same tensors for genlab and transformers):
 
-1. the weight form genlab chose (``matmul.choose_form``: packed, split or both), how long
-   the measurement took, and why;
+1. the weight form genlab chose (``matmul.choose_form``: packed, split or both) and why;
 2. greedy tokens of the demo prompts equal to transformers' (float32; and bfloat16 against
    transformers built with ``dtype=torch.bfloat16``), and the logits' largest difference:
    genlab bf16 vs transformers fp32 beside transformers bf16 vs its own fp32;
@@ -112,16 +111,10 @@ def main() -> None:
     hf16, _ = load_reference(path, torch.bfloat16)
     config, state = hf32.config.to_dict(), hf32.state_dict()
 
-    start = time.perf_counter()
-    choice = mm.choose_form(torch.float32, "cpu", sum(t.numel() * 4 for t in state.values()))
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    choice16 = mm.choose_form(torch.bfloat16, "cpu", sum(t.numel() * 2 for t in state.values()))
-    first16 = time.perf_counter() - start
-    print(f"\nweight form, float32: {choice.form} (measured in {first:.2f} s): {choice.reason}")
-    print(
-        f"weight form, bfloat16: {choice16.form} (measured in {first16:.2f} s): {choice16.reason}"
-    )
+    choice = mm.choose_form(torch.float32, "cpu")
+    choice16 = mm.choose_form(torch.bfloat16, "cpu")
+    print(f"\nweight form, float32: {choice.form}: {choice.reason}")
+    print(f"weight form, bfloat16: {choice16.form}: {choice16.reason}")
 
     models = {"genlab fp32": build_decoder(config, dict(state), name="demo")}
     for form in ("packed", "split"):

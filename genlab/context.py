@@ -205,7 +205,9 @@ class StepContext:
             or logits_to_keep != 1
         ):
             return compute()
-        return kept.forward(run.given.model, cache, state.sequences, mask, compute)
+        return kept.forward(
+            run.given.model, cache, state.sequences, mask, compute, run.weights_check
+        )
 
     def process(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         """The logits processors in order; each one's result passes ``processor.<label>``

@@ -37,6 +37,7 @@ from .branches import fork_parts
 from .caches import compiled_forward
 from .config import prepare_config
 from .context import StepContext
+from .forward_cache import WeightsCheck
 from .history import Timeline, needs_replay
 from .hooks import HookRegistry, warn_unheard
 from .ids import check_ids
@@ -214,6 +215,8 @@ class Run:
         self._returned_nodes = None  # beam search's winners, named when the output is built
         self._ctx = StepContext(self)
         self._lock = threading.Lock()  # one caller at a time (see _exclusive)
+        #: the forward cache's view of the weights (genlab/forward_cache.py, "Never stale")
+        self.weights_check = WeightsCheck()
         self._owner: int | None = None  # the thread holding the lock
         self._stepping = False  # inside a step (its hooks, processors, criteria, streamer)
         self._stop_requested = False
@@ -327,6 +330,7 @@ class Run:
             )
         with self._lock:
             self._owner = me
+            self.weights_check.resume()  # user code ran since the last call: weights may differ
             try:
                 yield
             finally:
@@ -414,6 +418,7 @@ class Run:
             other.given = copy.copy(self.given)
             other.given.streamer = None
             other._lock, other._owner = threading.Lock(), None
+            other.weights_check = WeightsCheck()
             other._stop_requested = other._stepping = False
             other.state, other.config, other.random = parts.state, parts.config, parts.random
             other.registry, other.history, other.timeline = (

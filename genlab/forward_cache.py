@@ -25,9 +25,29 @@ could not give what was asked:
 * hidden states or attentions asked for, or logits for more than the last position;
 * hooks inside the model: hook points inside the layers in the run's hooks, a model whose
   ``has_active_hooks()`` is true, a ``forward`` replaced on the model object;
-* other weights: the tree's root is keyed by every weight tensor's identity, dtype, shape and
-  version counter (an in-place edit under ``torch.no_grad()`` moves the counter; an edit
-  through ``.data`` does not, so call ``lm.cache_clear()`` after one).
+* other weights or other parts: see "Never stale" below.
+
+**Never stale.** A kept pass is served only to a run whose model is, at that moment, the
+one that computed it. Each tree's root is keyed by the model's *weights key*
+(:class:`WeightsCheck`), in two parts:
+
+* its structure (:func:`weights_key`): every object the model holds, to
+  any depth: each tensor by identity, storage, dtype, shape and version counter (an in-place
+  edit moves it), each function or part by identity (``lm.model.act = torch.relu``, a new
+  ``RotaryTable``), each setting by value (``settings.rms_norm_eps``);
+* its content (:func:`weights_fingerprint`): the exact bytes of every tensor (xxHash), and
+  for a oneDNN-packed matrix, whose bytes are opaque, its product with a fixed vector. This
+  sees what the version counter does not: an edit through ``.data``, through a NumPy view,
+  a quantized matrix's scales. It reads every weight once, about one decoding step's time,
+  so it is taken once per call into a run (each ``step``, ``run``, ``rewind``,
+  ``generate``), when its first pass would use the cache, not at every step. A run whose
+  key no longer matches its tree's (weights edited, then a rewind or another step) computes
+  its passes fresh and keeps none of them. ``max_bytes=0`` turns all of it off.
+
+What is not seen in the middle of a call: an edit of the weights made by a hook, streamer,
+processor or stopping criterion of the run itself while it runs. It is seen at the run's
+next call (a hook that edits weights should be a hook inside the model, which turns the
+cache off for the run).
 
 Memory is capped (``max_bytes``, 64 MiB by default: a 20-token run of the demo with a
 30-token prompt takes about 6.5 MB, so a dozen recent runs fit beside a 2 GB Binder's model)
@@ -43,12 +63,15 @@ CacheInfo(hits=0, misses=0, entries=0, bytes=0, max_bytes=1048576)
 
 from __future__ import annotations
 
+import inspect
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import xxhash
 
 from .models.base import KVCache, ModelOutput
 
@@ -75,11 +98,14 @@ class _Node:
     """One chunk of tokens after its parent's, with what the forward pass over it gave."""
 
     __slots__ = (
-        "parent", "chunk", "tokens", "children", "logits", "keys", "values", "nbytes", "alive"
+        "parent", "chunk", "tokens", "children", "logits", "keys", "values", "nbytes", "alive",
+        "root", "key",
     )  # fmt: skip
 
-    def __init__(self, parent, chunk: tuple, logits=None, keys=(), values=()):
+    def __init__(self, parent, chunk: tuple, logits=None, keys=(), values=(), key=None):
         self.parent = parent
+        self.root = parent.root if parent is not None else self
+        self.key = key  # the weights' key, on a root
         self.chunk = chunk
         self.tokens: tuple = (parent.tokens if parent is not None else ()) + chunk
         self.children: dict[tuple, _Node] = {}
@@ -103,46 +129,130 @@ class _Node:
 
 
 def weights_key(model) -> tuple:
-    """A key that changes when the weights change: each tensor the model holds, by identity,
-    storage, dtype, shape and version counter (in the order they are found)."""
+    """The structure of everything ``model`` holds (module doc, "Never stale"): a tuple that
+    changes when a tensor is replaced or edited in place through torch, a part or function
+    is swapped, or a setting changes. Cheap (no tensor data is read)."""
     found: list = []
-    _collect(model, found, set(), depth=0)
-    return (id(model), tuple(found))
+    _walk(model, found, None, set(), depth=0)
+    return (id(model), type(model), tuple(found))
+
+
+def weights_fingerprint(model) -> int:
+    """A hash of the content of every tensor ``model`` holds (module doc, "Never stale"):
+    the exact bytes of each plain tensor, and the product of each oneDNN-packed matrix with
+    a fixed vector."""
+    tensors: list = []
+    _walk(model, [], tensors, set(), depth=0)
+    digest = xxhash.xxh3_64()
+    for t in tensors:
+        digest.update(_content(t))
+    return digest.intdigest()
+
+
+_LOCK = type(threading.Lock())
+_SCALARS = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device)
+_PROBES: dict = {}  # (in_features, dtype) -> the fixed vector a packed matrix is multiplied by
 
 
 def _tensor_key(t: torch.Tensor) -> tuple:
     try:
-        ptr, version = t.data_ptr(), t._version
+        ptr = t.data_ptr()
     except (RuntimeError, NotImplementedError):  # an opaque (mkldnn) tensor
-        ptr, version = 0, 0
-    return (id(t), ptr, t.dtype, tuple(t.shape), version)
+        ptr = 0
+    try:
+        version = t._version
+    except (RuntimeError, NotImplementedError):
+        version = -1
+    return ("t", id(t), ptr, t.dtype, tuple(t.shape), version)
 
 
-def _collect(obj, found: list, seen: set, depth: int) -> None:
-    if depth > 6 or id(obj) in seen:
+def _content(t: torch.Tensor) -> bytes | memoryview:
+    t = t.detach()
+    if t.is_mkldnn:  # opaque bytes: its product with a fixed vector stands for them
+        from .models.matmul import matmul
+
+        width = t.shape[1]
+        probe = _PROBES.get((width, t.dtype))
+        if probe is None:
+            gen = torch.Generator().manual_seed(width)
+            probe = _PROBES[(width, t.dtype)] = torch.rand(1, width, generator=gen).to(t.dtype)
+        with torch.inference_mode():
+            t = matmul(probe, t)
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous().reshape(-1)
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    return memoryview(t.view(torch.uint8).numpy())
+
+
+def _walk(obj, found: list, tensors: list | None, seen: set, depth: int) -> None:
+    """Append the structure of ``obj`` to ``found`` (and its tensors to ``tensors``)."""
+    if isinstance(obj, _SCALARS):
+        found.append(obj)
+        return
+    if id(obj) in seen or depth > 8:
+        found.append(("seen", id(obj)))
         return
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
         found.append(_tensor_key(obj))
+        if tensors is not None:
+            tensors.append(obj)
     elif isinstance(obj, torch.nn.Module):
-        found.extend(_tensor_key(t) for t in obj.state_dict(keep_vars=True).values())
+        found.append(("module", id(obj), type(obj)))
+        for name, t in obj.state_dict(keep_vars=True).items():
+            found.append(name)
+            _walk(t, found, tensors, seen, depth + 1)
     elif isinstance(obj, (list, tuple)):
+        found.append((type(obj), len(obj)))
         for item in obj:
-            _collect(item, found, seen, depth + 1)
+            _walk(item, found, tensors, seen, depth + 1)
     elif isinstance(obj, dict):
-        for item in obj.values():
-            _collect(item, found, seen, depth + 1)
-    elif hasattr(obj, "__dict__") or hasattr(type(obj), "__slots__"):
-        if isinstance(obj, (str, bytes, int, float, bool, type)):
-            return
-        names = getattr(type(obj), "__slots__", ())
-        values = [getattr(obj, n, None) for n in names]
-        values += list(getattr(obj, "__dict__", {}).values())
-        for item in values:
-            if isinstance(item, (torch.Tensor, torch.nn.Module, list, tuple, dict)) or (
-                hasattr(item, "__slots__") and not isinstance(item, (str, bytes))
-            ):
-                _collect(item, found, seen, depth + 1)
+        found.append(("dict", len(obj)))
+        for name, item in obj.items():
+            found.append(name if isinstance(name, _SCALARS) else id(name))
+            _walk(item, found, tensors, seen, depth + 1)
+    elif callable(obj) and not hasattr(obj, "__slots__") and not _has_state(obj):
+        found.append(("fn", id(obj)))  # a function, a class, a method: by identity
+    else:
+        skip = getattr(type(obj), "_forward_key_skip", ())
+        found.append(("obj", id(obj), type(obj)))
+        names = [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ())]
+        state = [(n, getattr(obj, n, None)) for n in names]
+        state += list(getattr(obj, "__dict__", {}).items())
+        for name, item in state:
+            if name in skip or isinstance(item, (_LOCK, weakref.WeakSet)):
+                continue
+            found.append(name)
+            _walk(item, found, tensors, seen, depth + 1)
+
+
+def _has_state(obj) -> bool:
+    """True for a callable object with attributes of its own (a module-like part)."""
+    return (
+        bool(getattr(obj, "__dict__", None))
+        and not inspect.isroutine(obj)
+        and not (isinstance(obj, type))
+    )
+
+
+class WeightsCheck:
+    """The weights key one run compares its tree's with (module doc, "Never stale"): read
+    once after each :meth:`resume`, then kept for the rest of the call."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+
+    def resume(self) -> None:
+        """A call into the run began: user code may have edited the weights since the last."""
+        self._key = None
+
+    def key(self, model) -> tuple:
+        """(structure, content) of ``model``'s weights, as read at the start of this call."""
+        if self._key is None:
+            self._key = (weights_key(model), weights_fingerprint(model))
+        return self._key
 
 
 def model_is_plain(model) -> bool:
@@ -206,20 +316,22 @@ class ForwardCache:
         sequences: torch.LongTensor,
         attention_mask: torch.Tensor,
         compute: Callable[[], ModelOutput],
+        check: WeightsCheck | None = None,
     ) -> ModelOutput:
         """The forward pass over the tokens of ``sequences`` (1, length) that ``cache`` has
         not seen: served from the tree when the same chunk followed the same chunks with the
         same weights, else ``compute()`` (which appends to ``cache``) and kept.
 
-        The weights are keyed when a run starts (its cache is empty): a run whose weights
-        change while it runs goes on in the tree it started in.
+        check: the run's :class:`WeightsCheck` (a fresh one, that reads the content, when
+        None). A cache whose tree was keyed by other weights than the model's now (edited
+        since) is neither served nor kept.
         """
-        if not self.applies(model, cache, sequences, attention_mask):
+        if self._max_bytes == 0 or not self.applies(model, cache, sequences, attention_mask):
             return compute()
+        key = (check or WeightsCheck()).key(model)
         past = cache.length()
         prefix = sequences[0].tolist()
         chunk = tuple(prefix[past:])
-        key = weights_key(model) if past == 0 else None
         with self._lock:
             node = self._node_for(cache, key, prefix[:past])
             child = node.children.get(chunk) if node is not None else None
@@ -261,17 +373,21 @@ class ForwardCache:
         )
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _node_for(self, cache, key: tuple | None, prefix: list):
+    def _node_for(self, cache, key: tuple, prefix: list):
         """The node whose tokens the cache holds, None when the cache's content is not known
-        to come from this tree in chunks (a pass that was not kept). key: the weights' key for
-        an empty cache (the root)."""
-        if key is not None:
+        to come from this tree in chunks (a pass that was not kept) or came from a tree of
+        other weights than ``key`` (the weights' key now). An empty cache: the root of
+        ``key``'s tree."""
+        if not prefix:
             root = self._roots.get(key)
             if root is None:
-                root = self._roots[key] = _Node(None, ())
+                root = self._roots[key] = _Node(None, (), key=key)
             return root
         node = getattr(cache, "origin", None)
         if node is None or not node.alive or node.length != len(prefix):
+            return None
+        if node.root.key != key:  # the weights changed since this cache was built
+            cache.origin = None
             return None
         return node if node.tokens == tuple(prefix) else None
 
@@ -341,4 +457,12 @@ class ForwardCache:
         )
 
 
-__all__ = ["CacheInfo", "DEFAULT_MAX_BYTES", "ForwardCache", "model_is_plain", "weights_key"]
+__all__ = [
+    "CacheInfo",
+    "DEFAULT_MAX_BYTES",
+    "ForwardCache",
+    "WeightsCheck",
+    "model_is_plain",
+    "weights_fingerprint",
+    "weights_key",
+]

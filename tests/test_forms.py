@@ -26,87 +26,39 @@ def test_two_forms_give_linear_for_any_number_of_rows(rows):
     torch.testing.assert_close(mm.matmul(x, both, add=add), F.linear(x, w) + add)
 
 
-def fake_measurement(monkeypatch, packed, split):
-    """choose_form's timings replaced: {form: (ms for 1 row, ms for 16 rows)}."""
-    monkeypatch.setattr(mm, "measure_forms", lambda dtype: {"packed": packed, "split": split})
-
-
-def test_choice_follows_the_measurement(monkeypatch):
+def test_the_form_is_a_function_of_the_machine_and_the_setting(monkeypatch):
     monkeypatch.delenv("GENLAB_WEIGHT_FORM", raising=False)
-    fake_measurement(monkeypatch, packed=(1.0, 2.0), split=(2.0, 4.0))
-    assert mm.choose_form(torch.float32).form == "packed"
-    fake_measurement(monkeypatch, packed=(2.0, 5.0), split=(1.0, 3.0))
-    assert mm.choose_form(torch.float32).form == "split"
-    fake_measurement(monkeypatch, packed=(2.0, 2.0), split=(1.0, 4.0))
-    choice = mm.choose_form(torch.float32, weight_bytes=1000)
-    assert choice.form == "both" and choice.packed == "both"
-    assert (
-        "split for 1 row, packed for 16" in choice.reason
-        and "1 row: packed 2.00 ms" in choice.reason
-    )
-    # several rows stay packed unless split is clearly (25 %) faster: a near tie keeps both
-    fake_measurement(monkeypatch, packed=(2.0, 4.0), split=(1.0, 3.6))
-    assert mm.choose_form(torch.float32, weight_bytes=1000).form == "both"
-    fake_measurement(monkeypatch, packed=(2.0, 4.0), split=(1.0, 2.9))
-    assert mm.choose_form(torch.float32, weight_bytes=1000).form == "split"
-    fake_measurement(monkeypatch, packed=(2.0, 2.0), split=(1.0, 4.0))
-    # no room for a second copy: the one-row winner
-    monkeypatch.setattr(mm, "free_memory_bytes", lambda: 3000)
-    assert mm.choose_form(torch.float32, weight_bytes=1000).form == "split"
-    # a near tie for one row is not worth a second copy of the weights, whatever the memory
-    monkeypatch.setattr(mm, "free_memory_bytes", lambda: 10**12)
-    fake_measurement(monkeypatch, packed=(12.22, 33.2), split=(12.0, 36.0))
-    choice = mm.choose_form(torch.float32, weight_bytes=1000)
-    assert choice.form == "split" and "not 15% faster for one row" in choice.reason
+    first = mm.choose_form(torch.float32)
+    assert first.form == "packed" and first.parts is None  # oneDNN packs float32 on a CPU
+    assert "oneDNN packs torch.float32 here" in first.reason and "one copy" in first.reason
+    assert mm.choose_form(torch.bfloat16).form == "packed"
+    # no timing decides it: however slow the products, the same answer every time
+    monkeypatch.setattr(mm, "_matmul", lambda *a: (_ for _ in ()).throw(AssertionError("timed")))
+    assert mm.choose_form(torch.float32) == first
 
 
-def test_the_split_form_takes_the_block_count_measured_fastest(monkeypatch):
-    monkeypatch.delenv("GENLAB_WEIGHT_FORM", raising=False)
-    monkeypatch.setattr(
-        mm,
-        "measure_forms",
-        lambda dtype: {"packed": (3.0, 2.0), "split": (1.0, 4.0), "split_parts": 1},
-    )
-    monkeypatch.setattr(mm, "free_memory_bytes", lambda: 10**12)
-    choice = mm.choose_form(torch.float32, weight_bytes=1000)
-    assert (
-        choice.form == "both" and choice.parts == 1 and "split in 1 block 1.00 ms" in choice.reason
-    )
-    hf_model = tiny_llama()
-    lm = build_decoder(hf_model.config.to_dict(), dict(hf_model.state_dict()))
-    assert lm.form_choice.parts == 1
-    assert all(layer.qkv.split.shape[0] == 1 for layer in lm.layers)  # one block, as measured
-    monkeypatch.setattr(
-        mm,
-        "measure_forms",
-        lambda dtype: {"packed": (3.0, 2.0), "split": (1.0, 4.0), "split_parts": 2},
-    )
-    lm = build_decoder(hf_model.config.to_dict(), dict(hf_model.state_dict()))
-    assert {layer.qkv.split.shape[0] for layer in lm.layers} <= {2, 1}  # 2 where it divides
+def test_split_blocks_follow_the_cpu_vendor(monkeypatch):
+    monkeypatch.setattr(mm, "cpu_vendor", lambda: "GenuineIntel")
+    assert mm.split_parts() == 1
+    monkeypatch.setattr(mm, "cpu_vendor", lambda: "AuthenticAMD")
+    assert mm.split_parts() == torch.get_num_threads()
+    assert mm.split_parts("meta") == torch.get_num_threads()
 
 
 def test_float16_and_the_environment_override(monkeypatch):
     monkeypatch.delenv("GENLAB_WEIGHT_FORM", raising=False)
     assert mm.choose_form(torch.float16).form == "split"  # no oneDNN float16 linear
+    for form in mm.FORMS:
+        monkeypatch.setenv("GENLAB_WEIGHT_FORM", form)
+        choice = mm.choose_form(torch.float32)
+        assert choice.form == form and choice.reason == f"GENLAB_WEIGHT_FORM={form}"
+        assert (choice.parts is None) == (form == "packed")
     monkeypatch.setenv("GENLAB_WEIGHT_FORM", "packed")
-    assert mm.choose_form(torch.float32).form == "packed"
-    monkeypatch.setattr(
-        mm, "measure_forms", lambda dtype: {"packed": (2, 2), "split": (1, 1), "split_parts": 1}
-    )
-    monkeypatch.setenv("GENLAB_WEIGHT_FORM", "both")  # the user's form, the measured blocks
-    assert (mm.choose_form(torch.float32).form, mm.choose_form(torch.float32).parts) == ("both", 1)
+    assert mm.choose_form(torch.float16).form == "split"  # cannot pack: said so
+    assert "oneDNN cannot pack" in mm.choose_form(torch.float16).reason
     monkeypatch.setenv("GENLAB_WEIGHT_FORM", "fast")
     with pytest.raises(ValueError, match="GENLAB_WEIGHT_FORM='fast'.*packed, split or both"):
         mm.choose_form(torch.float32)
-
-
-def test_measurement_is_taken_once_per_process_and_reports_both_forms():
-    torch.set_num_threads(torch.get_num_threads())
-    ms = mm.measure_forms(torch.float32, repeats=1)
-    assert set(ms) == {"packed", "split", "split_parts"}
-    assert all(len(ms[f]) == 2 and min(ms[f]) > 0 for f in ("packed", "split"))
-    assert ms["split_parts"] in {1, torch.get_num_threads()}
-    assert mm.measure_forms(torch.float32) is ms  # stored: not measured again
 
 
 def test_a_decoder_keeping_both_forms_generates_the_reference_tokens():

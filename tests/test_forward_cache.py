@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import torch
-from helpers import tiny_llama
+from helpers import tiny_gpt2, tiny_llama
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +21,7 @@ from genlab.models.architectures import build_decoder
 
 PROMPT = torch.tensor([[1, 5, 17, 33, 8, 21, 40, 11, 7, 9]])
 OUTPUTS = dict(output_scores=True, output_logits=True)
+DICT = dict(OUTPUTS, return_dict_in_generate=True)
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +267,7 @@ CALLS = st.lists(
             "prompt": st.sampled_from([0, 1]),
             "max_new_tokens": st.integers(1, 6),
             "mode": st.sampled_from(
-                ["greedy", "sample", "penalty", "hidden", "attn", "hook", "edit"]
+                ["greedy", "sample", "penalty", "hidden", "attn", "hook", "edit", "rewind"]
             ),
             "dtype": st.sampled_from(["float32", "bfloat16"]),
             "seed": st.integers(0, 3),
@@ -277,11 +278,28 @@ CALLS = st.lists(
 )
 
 
+def _edit(model, seed: int, factor: float) -> None:
+    """Scale layer 0's output matrix by one of four routes torch offers."""
+    weight = model.layers[0].o
+    kind = seed % 4
+    if kind == 0:
+        with torch.no_grad():
+            weight.mul_(factor)  # in place: the version counter moves
+    elif kind == 1:
+        weight.data.mul_(factor)  # .data: it does not
+    elif kind == 2 and weight.dtype == torch.float32:
+        weight.numpy()[...] *= factor  # a NumPy view: torch sees nothing
+    else:
+        model.layers[0].o = weight * factor  # a new tensor, same shape
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(calls=CALLS)
 def test_random_sequences_of_calls_equal_a_fresh_computation(calls):
-    """Outputs asked for, processors, seeds, hooks inside the layers, weight edits and two
-    dtypes sharing one cache, in any order: each answer equals the same call without a cache."""
+    """Outputs asked for, processors, seeds, hooks inside the layers, weight edits of every
+    kind (in place, through ``.data``, through NumPy, a swapped tensor), edits between a run
+    and its rewind, and two dtypes sharing one cache, in any order: each answer equals the
+    same calls without a cache."""
     hf = tiny_llama(2)
     models = {
         name: build_decoder(hf.config.to_dict(), hf.state_dict(), packed=False, dtype=dtype)
@@ -292,10 +310,26 @@ def test_random_sequences_of_calls_equal_a_fresh_computation(calls):
     for call in calls:
         model = models[call["dtype"]]
         if call["mode"] == "edit":
-            with torch.no_grad():
-                model.layers[call["seed"] % 2].o.mul_(1.0 + 0.01 * (call["seed"] + 1))
+            _edit(model, call["seed"], 1.0 + 0.01 * (call["seed"] + 1))
             continue
         cfg = dict(max_new_tokens=call["max_new_tokens"], **OUTPUTS, return_dict_in_generate=True)
+        if call["mode"] == "rewind":  # a run, an edit, a rewind, on to the end: twice
+            ends = []
+            for cache in (shared, None):
+                layer = model.layers[0]
+                original, saved = layer.o, layer.o.clone()
+                run = genlab.start(model, prompts[call["prompt"]], forward_cache=cache, **cfg)
+                run.run()
+                _edit(model, call["seed"], 1.5)
+                run.rewind(min(call["max_new_tokens"], 2))
+                ends.append(run.run())
+                layer.o = original  # as before, for the second pass
+                with torch.no_grad():
+                    original.copy_(saved)
+            for a, b in zip(_flatten(ends[0].logits), _flatten(ends[1].logits), strict=True):
+                assert torch.equal(a, b)
+            assert torch.equal(ends[0].sequences, ends[1].sequences)
+            continue
         if call["mode"] == "sample":
             cfg.update(do_sample=True, seed=call["seed"])
         elif call["mode"] == "penalty":
@@ -321,3 +355,125 @@ def test_random_sequences_of_calls_equal_a_fresh_computation(calls):
             if a is not None:
                 for x, y in zip(_flatten(a), _flatten(b), strict=True):
                     assert torch.equal(x, y), field
+
+
+# -- never stale (issue 44): every edit a user can make, then a rewind or a new run --------
+
+
+def _twins(make):
+    """Two identical models: one served from a forward cache, one computed without."""
+    return (make(), ForwardCache()), (make(), None)
+
+
+def _edit_then_rewind_and_rerun(make, edit):
+    """A 6-step run, ``edit(model)``, rewind(3) and on to the end, then a new run: with the
+    cache and without, the same logits bit for bit (and the edit changed something)."""
+    outputs = []
+    for model, kept in _twins(make):
+        run = genlab.start(model, PROMPT, forward_cache=kept, max_new_tokens=6, **DICT)
+        run.run()
+        before = [t.clone() for t in run.output.logits]
+        edit(model)
+        run.rewind(3)
+        run.run()
+        again = genlab.start(model, PROMPT, forward_cache=kept, max_new_tokens=6, **DICT)
+        again.run()
+        outputs.append((before, run.output, again.output))
+    (before, served, served_again), (_, fresh, fresh_again) = outputs
+    assert not torch.equal(before[-1], fresh.logits[-1])  # the edit changed the logits
+    for a, b in ((served, fresh), (served_again, fresh_again)):
+        assert torch.equal(a.sequences, b.sequences)
+        for x, y in zip(a.logits, b.logits, strict=True):
+            assert torch.equal(x, y)
+
+
+def _own(hf) -> dict:
+    """A copy of the reference model's weights (a decoder may hold views of what it is
+    given: two twins must not share a tensor)."""
+    return {k: v.clone() for k, v in hf.state_dict().items()}
+
+
+def _llama(packed=None, quantization=None, **config):
+    hf = tiny_llama(4, **config)
+    return lambda: build_decoder(
+        hf.config.to_dict(), _own(hf), packed=packed, quantization=quantization
+    )
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_an_in_place_edit_then_a_rewind_is_not_served_stale(packed):
+    def edit(model):
+        with torch.no_grad():
+            model.embed.mul_(3.0)  # in place: the version counter moves
+
+    _edit_then_rewind_and_rerun(_llama(packed), edit)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("how", ["mul", "copy", "numpy", "packed-matrix"])
+def test_edits_through_data_and_numpy_are_seen(packed, how):
+    def edit(model):
+        if how == "mul":
+            model.embed.data.mul_(-1)  # .data: the version counter does not move
+        elif how == "copy":
+            model.embed.data.copy_(model.embed.flip(0))
+        elif how == "numpy":
+            model.embed.numpy()[:] *= 2.0  # a NumPy view: torch sees nothing
+        else:  # a layer matrix in its stored form (packed: oneDNN's opaque layout)
+            weight = model.layers[0].gate_up
+            weight.data.mul_(4.0)
+
+    _edit_then_rewind_and_rerun(_llama(packed), edit)
+
+
+def test_a_swapped_part_or_function_is_seen():
+    from genlab.models.llama import RotaryTable
+
+    def new_rope(model):
+        model.rope = RotaryTable(model.rope.inv_freq / 8)
+
+    _edit_then_rewind_and_rerun(_llama(), new_rope)
+    hf = tiny_gpt2()
+
+    def relu(model):
+        model.act = torch.relu
+
+    _edit_then_rewind_and_rerun(lambda: build_decoder(hf.config.to_dict(), _own(hf)), relu)
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_quantized_scales_and_swapped_matrices_are_seen(mode):
+    from genlab.models.quant import Int4Weight
+
+    def scale(model):
+        with torch.no_grad():
+            model.layers[0].down.scale.mul_(3)
+
+    make = _llama(quantization=mode, vocab=128, hidden_size=64, intermediate_size=128)
+    if mode == "int8":  # int4's product reads its packed scales and zeros, not .scale
+        _edit_then_rewind_and_rerun(make, scale)
+
+    def swap(model):
+        dense = model.layers[1].gate_up.dense()
+        model.layers[1].gate_up = Int4Weight.quantize(dense * 2)
+
+    _edit_then_rewind_and_rerun(make, swap)
+
+
+def test_the_weights_are_read_once_per_call_not_per_step(decoder, monkeypatch):
+    import genlab.forward_cache as fc
+
+    reads = []
+    real = fc.weights_fingerprint
+    monkeypatch.setattr(fc, "weights_fingerprint", lambda m: reads.append(1) or real(m))
+    lm = genlab.LM(decoder)
+    run = lm.start(PROMPT, max_new_tokens=8)
+    run.run()
+    assert len(reads) == 1  # one call: one read, whatever the number of steps
+    run.rewind(2)
+    run.step()
+    run.step()
+    assert len(reads) == 3  # rewind replays nothing here; each step is a call
+    lm.cache.max_bytes = 0
+    lm.generate(PROMPT, max_new_tokens=4)
+    assert len(reads) == 3  # no cache: nothing read

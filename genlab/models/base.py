@@ -65,6 +65,9 @@ class ModelInfo:
     tie_word_embeddings: bool = False  # the output head is the input embedding matrix
     # generation defaults shipped with the model (generation_config.json), as a dict
     generation_defaults: dict[str, Any] = field(default_factory=dict)
+    #: how a built-in decoder computes, for people: the weights' dtype and form, and why
+    #: that form (:func:`genlab.models.matmul.describe_numerics`); "" for other models
+    numerics: str = ""
 
 
 @dataclass
@@ -228,6 +231,9 @@ class BuiltinDecoder(TapsOwner):
     """
 
     form_choice = None
+    #: what the forward cache's weights key leaves out (genlab/forward_cache.py): derived
+    #: bookkeeping that does not change a forward pass
+    _forward_key_skip = ("_taps_users", "_taps_names", "_taps_layers", "_compiled", "form_choice")
 
     def new_cache(self, batch_size: int) -> KVCache:
         """An empty cache for ``batch_size`` rows (buffers are allocated on the first append)."""

@@ -21,7 +21,7 @@ Example (not run as a test: it needs a GPT-2 checkpoint's config and weights)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -39,7 +39,7 @@ from genlab.models.masks import (
     sdpa_keep_mask,
     static_keep_mask,
 )
-from genlab.models.matmul import decoder_form, head_logits, matmul, pack_weight
+from genlab.models.matmul import decoder_form, describe_numerics, head_logits, matmul, pack_weight
 from genlab.models.taps import FINAL, Taps, add_product
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -270,6 +270,7 @@ class GPT2Decoder(BuiltinDecoder):
         wpe = get("transformer.wpe.weight")
         model = cls(settings, info, wte, wpe, blocks, ln_f, head)
         model.form_choice = choice  # None when the caller chose the form
+        model.info = replace(model.info, numerics=describe_numerics(choice, packed, ln_f[0].dtype))
         return model
 
     # ---- protocol --------------------------------------------------------------------------

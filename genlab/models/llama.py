@@ -37,7 +37,7 @@ Example (not run as a test: it needs a checkpoint's config and weights)::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -55,7 +55,7 @@ from genlab.models.masks import (
     sdpa_keep_mask,
     static_keep_mask,
 )
-from genlab.models.matmul import decoder_form, head_logits, matmul, pack_weight
+from genlab.models.matmul import decoder_form, describe_numerics, head_logits, matmul, pack_weight
 from genlab.models.taps import FINAL, Taps, add_product
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
@@ -315,6 +315,9 @@ class RotaryTable:
     position beyond it is asked for, so that it holds no more than twice the positions used
     (a 4096-position table of head_dim 64 would be 1 MB, its construction three times that).
     """
+
+    #: the table is rebuilt from inv_freq when longer: the forward cache keys inv_freq only
+    _forward_key_skip = ("table",)
 
     def __init__(self, inv_freq: torch.Tensor, initial_length: int = 64):
         self.inv_freq = inv_freq  # (head_dim // 2,) float32
@@ -603,6 +606,9 @@ class LlamaDecoder(BuiltinDecoder):
         norm = get("model.norm.weight").contiguous()
         model = cls(settings, info, embed, layers, norm, head)
         model.form_choice = choice  # None when the caller chose the form
+        model.info = replace(
+            model.info, numerics=describe_numerics(choice, packed, norm.dtype, quantization)
+        )
         return model
 
     # ---- protocol --------------------------------------------------------------------------

@@ -11,28 +11,26 @@ multiplied by :func:`matmul`:
 * **split** (anything else, e.g. CUDA or float16): blocks of rows,
   (parts, out // parts, in), a view of the matrix, multiplied as ``W @ x`` in one batched
   product. With one block per thread the blocks run on separate cores (where a one-row
-  ``x @ W^T`` would run on a single core in torch's CPU BLAS); on other CPUs a single block
-  is faster, so the block count is measured too.
+  ``x @ W^T`` would run on a single core in torch's CPU BLAS); on Intel CPUs a single
+  block is faster (:func:`split_parts`).
 
 Under ``torch.compile`` a product is the operator ``genlab::matmul``, opaque to the compiler
 (inductor would otherwise rewrite the one-column batched product, or cannot take a packed
 weight).
 
-Which form a decoder stores is measured, not fixed: the cost of the packed one-row product
-against the split one depends on the machine (benchmarks/README.md, "Figures behind the
-code"), so :func:`choose_form` times both forms once per process (per dtype and thread
-count) on matrices the size of a small model's layers, for one row and for 16 rows, and
-keeps the faster for each (the split form at its faster block count). Where one row
-prefers the split form, several rows the packed one, and memory allows a second copy of
-the weights, a decoder keeps **both** (:class:`TwoForms`): the split view for decoding
-one row, the packed copy for prompts and batches.
+The two forms sum their products in different orders, so they give logits that differ in
+the last bits (up to 6e-5 on the demo). Which form a decoder stores is therefore decided
+from what the machine is (:func:`choose_form`: can torch's oneDNN pack this dtype here?)
+or given by the user (``GENLAB_WEIGHT_FORM``), never timed: two processes on one machine
+load the same form, whatever else the machine is doing, and give the same bits. The choice
+and its reason are in ``lm.model.form_choice``. ``GENLAB_WEIGHT_FORM=both`` keeps a second
+copy (:class:`TwoForms`): the split view for one row, the packed copy for several.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -124,15 +122,12 @@ class FormChoice:
     """What :func:`choose_form` decided, and why.
 
     form: "packed", "split" or "both" (the argument :func:`pack_weight` takes as
-    ``packed``: True, False, "both"); ms: the measured milliseconds of each form for one and
-    for 16 rows over the probe matrices (``{"packed": (one, sixteen), "split": (...)}``,
-    empty when nothing was measured); reason: one line for people; parts: the row blocks
-    of the split form that was measured fastest (None: not measured, the decoder's default).
+    ``packed``: True, False, "both"); reason: one line for people (``lm.info`` shows it);
+    parts: the row blocks of the split form (None for the packed form alone).
     """
 
     form: str
     reason: str
-    ms: dict = field(default_factory=dict)
     parts: int | None = None
 
     @property
@@ -141,173 +136,103 @@ class FormChoice:
         return {"packed": True, "split": False, "both": "both"}[self.form]
 
 
-# (dtype, threads) -> (ms dict) measured once per process
-_MEASURED: dict[tuple, dict] = {}
-# the probe: a small model's four layer matrices (out, in), four layers: ~56 MB in float32,
-# more than a last-level cache, so that products read memory as a decoding step does
-PROBE_SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))
-PROBE_LAYERS = 4
-PROBE_ROWS = 16
-PROBE_REPEATS = 3
-MANY_ROWS_MARGIN = 0.75  # split serves several rows only when this much faster than packed
-BOTH_MEMORY_SHARE = 0.25  # keep both forms when the extra copy is at most this share of free memory
-# ... and only when split decodes one row clearly faster than packed: a second copy of the
-# weights (538 MB for the demo) is not worth a near tie (benchmarks/README.md, "Figures
-# behind the code")
-BOTH_ONE_ROW_GAIN = 0.85
+#: the forms ``GENLAB_WEIGHT_FORM`` may name
+FORMS = ("packed", "split", "both")
 
 
-def measure_forms(dtype: torch.dtype = torch.float32, repeats: int = PROBE_REPEATS) -> dict:
-    """Milliseconds of the packed and the split form for 1 and :data:`PROBE_ROWS` rows over
-    :data:`PROBE_SHAPES` x :data:`PROBE_LAYERS` matrices (best of ``repeats``, the forms
-    alternating): ``{"packed": (one_row, many_rows), "split": (one_row, many_rows),
-    "split_parts": n}``. The split form is timed with one row block per thread and with a
-    single block (one batched product over the whole matrix); ``split`` holds the variant
-    faster for one row and ``split_parts`` its block count (which count is faster differs
-    from one CPU to another: benchmarks/README.md).
-    Measured once per process for each dtype and thread count; later calls return the
-    stored figures."""
-    key = (dtype, torch.get_num_threads())
-    if key in _MEASURED:
-        return _MEASURED[key]
-    threads = torch.get_num_threads()
-    weights = [
-        torch.full(shape, 0.01, dtype=dtype) for _ in range(PROBE_LAYERS) for shape in PROBE_SHAPES
-    ]
-    forms = {"packed": [pack_weight(w, threads, packed=True) for w in weights]}
-    for parts in dict.fromkeys((threads, 1)):
-        forms[f"split{parts}"] = [pack_weight(w, parts, packed=False) for w in weights]
-    inputs = {}
-    for rows in (1, PROBE_ROWS):
-        for w in weights:
-            inputs.setdefault((rows, w.shape[1]), torch.full((rows, w.shape[1]), 0.5, dtype=dtype))
-    best = {(name, rows): float("inf") for name in forms for rows in (1, PROBE_ROWS)}
-    with torch.inference_mode():
-        for i in range(repeats + 1):  # the first round warms up (oneDNN creates its kernels)
-            for rows in (1, PROBE_ROWS):
-                for name in forms if i % 2 else reversed(list(forms)):
-                    start = time.perf_counter()
-                    for w, m in zip(weights, forms[name], strict=True):
-                        _matmul(inputs[(rows, w.shape[1])], m, None)
-                    seconds = time.perf_counter() - start
-                    if i:
-                        best[(name, rows)] = min(best[(name, rows)], seconds)
-    ms = {name: (1e3 * best[(name, 1)], 1e3 * best[(name, PROBE_ROWS)]) for name in forms}
-    split = min((name for name in ms if name != "packed"), key=lambda name: ms[name][0])
-    ms = {"packed": ms["packed"], "split": ms[split], "split_parts": int(split[5:])}
-    _MEASURED[key] = ms
-    return ms
+def cpu_vendor() -> str:
+    """The CPU's vendor string from ``/proc/cpuinfo`` ("GenuineIntel", "AuthenticAMD", ...;
+    "" where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
-def split_parts(dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> int:
-    """Row blocks for the split form here: the count :func:`measure_forms` found fastest
-    for one row (once per process), or one block per thread where it cannot measure."""
-    if can_pack(torch.empty(1, 1, dtype=dtype, device=device)):
-        return measure_forms(dtype)["split_parts"]
+def machine_summary() -> str:
+    """One line: the CPU vendor and torch's CPU capability (the kernels it dispatches to),
+    what the weight form is chosen from."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"CPU {cpu_vendor() or 'unknown'}, torch CPU capability {capability}"
+
+
+def split_parts(device: torch.device | str = "cpu") -> int:
+    """Row blocks for the split form, from what the machine is: on an Intel CPU one block
+    (one batched product over the whole matrix read about twice as fast there as one block
+    per thread), elsewhere one block per thread (benchmarks/README.md, "Figures behind the
+    code")."""
+    if torch.device(device).type == "cpu" and cpu_vendor() == "GenuineIntel":
+        return 1
     return torch.get_num_threads()
 
 
-def free_memory_bytes() -> int | None:
-    """Memory this process may still take: the smaller of the system's available memory and
-    what its cgroup limit leaves (a container, e.g. Binder); None where neither is known."""
-    limits = []
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemAvailable:"):
-                limits.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
-        (
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        ),
-    ):
-        try:
-            limit = open(limit_file).read().strip()
-            usage = int(open(usage_file).read().strip())
-        except (OSError, ValueError):
-            continue
-        if limit.isdigit() and int(limit) < 1 << 60:
-            limits.append(max(0, int(limit) - usage))
-        break
-    return min(limits) if limits else None
-
-
 def choose_form(
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str = "cpu",
-    weight_bytes: int = 0,
+    dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
 ) -> FormChoice:
-    """The form a decoder's matrices should take here (see the module docstring).
+    """The form a decoder's matrices take here, from what the machine is and what the user
+    asked, never from a timing: the same machine, thread count and arguments always give
+    the same form, and so the same bits.
 
-    Where oneDNN cannot pack (``device`` not the CPU, float16, a torch without it): split.
-    Otherwise both forms are timed (:func:`measure_forms`, once per process): the faster
-    for one row and the faster for 16 rows; when they differ (one row: split, 16 rows:
-    packed) both are kept if ``weight_bytes`` (the model's matrices) fit in
-    :data:`BOTH_MEMORY_SHARE` of the free memory, else the one-row winner (decoding one row
-    is what the widgets and notebooks do). ``GENLAB_WEIGHT_FORM=packed|split|both`` sets it.
+    * ``GENLAB_WEIGHT_FORM=packed|split|both`` sets it (both: a second copy of the weights,
+      split for one row and packed for several);
+    * where torch's oneDNN linear packs ``dtype`` on ``device`` (float32 or bfloat16 on a
+      CPU): packed, one copy. It runs 16 rows 3-4x faster than the split form and one row
+      within a few per cent of it on the CPUs measured (benchmarks/README.md, "The weight
+      form");
+    * anything else (CUDA, float16, a torch without oneDNN): split row blocks.
     """
     forced = os.environ.get("GENLAB_WEIGHT_FORM", "").strip().lower()
-    probe = torch.empty(1, 1, dtype=dtype, device=device)
-    packable = can_pack(probe)
+    packable = can_pack(torch.empty(1, 1, dtype=dtype, device=device))
     if forced:
-        if forced not in ("packed", "split", "both"):
+        if forced not in FORMS:
             raise ValueError(
                 f"GENLAB_WEIGHT_FORM={forced!r}: give packed, split or both (or unset it)"
             )
         if forced != "split" and not packable:
-            return FormChoice("split", f"GENLAB_WEIGHT_FORM={forced} but oneDNN cannot pack here")
-        # the form is the user's; the split form's block count is still the one measured
-        parts = split_parts(dtype, device) if forced != "packed" else None
-        return FormChoice(forced, f"GENLAB_WEIGHT_FORM={forced}", {}, parts)
+            return FormChoice(
+                "split",
+                f"GENLAB_WEIGHT_FORM={forced} but oneDNN cannot pack {dtype} here: split",
+                split_parts(device),
+            )
+        parts = split_parts(device) if forced != "packed" else None
+        return FormChoice(forced, f"GENLAB_WEIGHT_FORM={forced}", parts)
     if not packable:
         where = f"{dtype} on {torch.device(device).type}"
-        return FormChoice("split", f"no oneDNN linear for {where}: split row blocks")
-    ms = measure_forms(dtype)
-    (p1, p16), (s1, s16) = ms["packed"], ms["split"]
-    parts = ms.get("split_parts")
-    one = "split" if s1 < p1 else "packed"
-    clear_one = s1 < BOTH_ONE_ROW_GAIN * p1
-    # several rows: packed unless split is clearly faster. The probe may sit in a large
-    # cache and put split ahead where the model's weights favour packed
-    # (benchmarks/README.md, "Figures behind the code")
-    many = "split" if s16 < MANY_ROWS_MARGIN * p16 else "packed"
-    blocks = f" in {parts} block{'s' if parts != 1 else ''}" if parts else ""
-    timing = (
-        f"1 row: packed {p1:.2f} ms, split{blocks} {s1:.2f} ms; {PROBE_ROWS} rows: packed "
-        f"{p16:.2f} ms, split {s16:.2f} ms ({torch.get_num_threads()} threads, {dtype})"
-    )
-    if one == many:
-        return FormChoice(one, f"{one} is faster for 1 and {PROBE_ROWS} rows: {timing}", ms, parts)
-    free = free_memory_bytes()
-    if (
-        one == "split"
-        and clear_one
-        and free is not None
-        and weight_bytes <= BOTH_MEMORY_SHARE * free
-    ):
         return FormChoice(
-            "both",
-            f"split for 1 row, packed for {PROBE_ROWS}; a packed copy ({weight_bytes / 1e6:.0f} "
-            f"MB) fits in free memory ({free / 1e9:.1f} GB): both. {timing}",
-            ms,
-            parts,
+            "split", f"no oneDNN linear for {where}: split row blocks", split_parts(device)
         )
-    why = (
-        "one copy only (memory)"
-        if one == "split" and clear_one
-        else f"one copy only (split is not {1 - BOTH_ONE_ROW_GAIN:.0%} faster for one row)"
-        if one == "split"
-        else "the packed copy serves both (a second copy is kept only for a faster one row)"
-    )
     return FormChoice(
-        one,
-        f"{one} for 1 row, {many} for {PROBE_ROWS}; {why}: the one-row winner. {timing}",
-        ms,
-        parts,
+        "packed",
+        f"oneDNN packs {dtype} here ({machine_summary()}); one copy; "
+        "GENLAB_WEIGHT_FORM=split|both chooses another",
     )
+
+
+def describe_numerics(
+    choice: FormChoice | None,
+    packed: bool | str,
+    dtype: torch.dtype,
+    quantization: str | None = None,
+) -> str:
+    """One line for ``lm.info.numerics``: the weights' dtype and form and why (what decides
+    the bits a load gives)."""
+    if quantization is not None:
+        from .quant import compute_dtype
+
+        activations = str(compute_dtype()).removeprefix("torch.")
+        return (
+            f"{quantization} weights, {activations} activations in the products "
+            "(GENLAB_QUANT_COMPUTE=float32|bfloat16 to choose)"
+        )
+    name = str(dtype).removeprefix("torch.")
+    if choice is not None:
+        return f"{name} weights, {choice.form} form: {choice.reason}"
+    form = {True: "packed", False: "split", "both": "both"}[packed]
+    return f"{name} weights, {form} form: given by the caller"
 
 
 def decoder_form(
@@ -317,31 +242,19 @@ def decoder_form(
     parts: int | None,
 ) -> tuple[FormChoice | None, bool | str, int]:
     """(choice, packed, parts) for a decoder about to be built from ``tensors`` (converted
-    to ``dtype``): ``packed`` None is measured (:func:`choose_form`, whose choice is
-    returned; else None); ``parts`` None is the split form's block count measured fastest
-    here (:func:`split_parts`), or one a thread for packed matrices."""
-    dtype, device, size = matrix_bytes(tensors, dtype)
+    to ``dtype``): ``packed`` None is chosen by :func:`choose_form` (whose choice is
+    returned; else None); ``parts`` None is :func:`split_parts`, or one a thread for packed
+    matrices."""
+    first = next(iter(tensors.values()))
     choice = None
-    if packed is None:  # measured once per process
-        choice = choose_form(dtype, device, size)
+    if packed is None:
+        choice = choose_form(dtype or first.dtype, first.device)
         packed = choice.packed
     if not parts:
         parts = (choice and choice.parts) or (
-            torch.get_num_threads() if packed is True else split_parts(dtype, device)
+            torch.get_num_threads() if packed is True else split_parts(first.device)
         )
     return choice, packed, parts
-
-
-def matrix_bytes(
-    tensors: dict[str, torch.Tensor], dtype: torch.dtype | None
-) -> tuple[torch.dtype, torch.device, int]:
-    """(dtype, device, bytes) of a checkpoint's 2-D tensors once converted to ``dtype``
-    (None: as stored): the arguments of :func:`choose_form` for a decoder about to be built."""
-    first = next(iter(tensors.values()))
-    dtype = dtype or first.dtype
-    size = torch.empty((), dtype=dtype).element_size()
-    total = sum(t.numel() for t in tensors.values() if t.dim() == 2)
-    return dtype, first.device, total * size
 
 
 def pack_weight(

@@ -14,10 +14,9 @@
 In both, the embedding and the output head (tied in the demo) are int8 with one scale per
 token: an embedding row is ``q[token] * scale[token]``. The norms, RoPE, attention and the
 residual stream stay float32; only the matrix products take the quantized weights. Their
-activations go in as bfloat16 where that is faster (torch's float32 path for these kernels is
-a slow fallback on the CPUs measured), as the probe :func:`compute_dtype` decides once per
-process; the scales are then rounded to bfloat16 inside the product, and the result comes back
-as float32.
+activations go in as bfloat16 (torch's float32 path for these kernels is a slow fallback on the
+CPUs measured; :func:`compute_dtype`); the scales are then rounded to bfloat16 inside the
+product, and the result comes back as float32.
 
 What it costs in quality is measured, not assumed: ``lm.compare(other, prompts)`` gives the
 top-1 agreement and the mean KL divergence per token against another LM (the float32 model).
@@ -31,7 +30,6 @@ True
 from __future__ import annotations
 
 import os
-import time
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +38,6 @@ import torch.nn.functional as F
 MODES = ("int4", "int8")
 GROUP = 32  # int4 group size along a row (Q4_1's block)
 _INNER_K_TILES = 2  # torch's int4 packing: K must be a multiple of 16 * this
-
-_COMPUTE: dict[str, torch.dtype] = {}  # mode -> the activations' dtype measured fastest
 
 
 def check_quantization(value) -> str | None:
@@ -56,30 +52,19 @@ def check_quantization(value) -> str | None:
     )
 
 
-def compute_dtype(mode: str) -> torch.dtype:
-    """The dtype the activations of ``mode``'s products take here: bfloat16 unless float32
-    is measured faster (once per process, on a matrix the size of a small model's MLP;
-    ``GENLAB_QUANT_COMPUTE=float32|bfloat16`` sets it)."""
+def compute_dtype() -> torch.dtype:
+    """The dtype the activations of the int4 and int8 products take: bfloat16 (torch's float32
+    path for these kernels is a slow fallback on the CPUs measured), or what
+    ``GENLAB_QUANT_COMPUTE=float32|bfloat16`` sets. Never timed: the two sum in different
+    precisions, and the bits of a load must not depend on what else the machine is doing."""
     forced = os.environ.get("GENLAB_QUANT_COMPUTE", "").strip().lower()
     if forced:
         if forced not in ("float32", "bfloat16"):
-            raise ValueError(f"GENLAB_QUANT_COMPUTE={forced!r}: give float32 or bfloat16")
+            raise ValueError(
+                f"GENLAB_QUANT_COMPUTE={forced!r}: give float32 or bfloat16 (or unset it)"
+            )
         return getattr(torch, forced)
-    if mode not in _COMPUTE:
-        gen = torch.Generator().manual_seed(0)
-        w = torch.randn(1536, 576, generator=gen)
-        weight = Int4Weight.quantize(w) if mode == "int4" else Int8Weight.quantize(w)
-        x = torch.randn(1, 576, generator=gen)
-        times = {}
-        for dtype in (torch.bfloat16, torch.float32):
-            weight.set_compute(dtype)
-            weight.matmul(x)  # warm-up
-            start = time.perf_counter()
-            for _ in range(5):
-                weight.matmul(x)
-            times[dtype] = time.perf_counter() - start
-        _COMPUTE[mode] = min(times, key=times.get)
-    return _COMPUTE[mode]
+    return torch.bfloat16
 
 
 class QuantizedWeight:
@@ -239,7 +224,7 @@ def quantize_matrix(weight, mode: str, blocks=None) -> QuantizedWeight:
         out = Int4Weight(*blocks) if blocks is not None else Int4Weight.quantize(weight)
     else:
         out = Int8Weight.quantize(weight)
-    out.set_compute(compute_dtype(mode))
+    out.set_compute(compute_dtype())
     return out
 
 
