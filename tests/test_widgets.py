@@ -870,13 +870,15 @@ def test_settings_group_headers_are_keyboard_buttons():
     assert panel.accordion.selected_index is None
 
 
-def test_figures_in_widgets_are_shown_at_native_size(classic):
+def test_figures_in_widgets_are_native_size_at_most_the_panel_width(classic):
     from genlab.widgets.render import png_size
 
     bx = BeamExplorer(classic, "The", num_beams=2)
-    width, height = png_size(bytes(bx.tree_image.value))
-    assert bx.tree_image.layout.width == f"{width}px"
-    assert bx.tree_image.layout.height == f"{height}px"
+    width, _ = png_size(bytes(bx.tree_image.value))
+    layout = bx.tree_image.layout
+    assert layout.width == f"{width}px"  # never stretched
+    # narrower panel: scaled down whole (aspect kept), never cut at the right edge
+    assert (layout.max_width, layout.height, layout.object_fit) == ("100%", "auto", "contain")
 
 
 def test_tables_print_large_and_infinite_numbers_readably():

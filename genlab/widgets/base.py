@@ -30,7 +30,10 @@ import ipywidgets as widgets
 from .render import message
 
 #: keyboard focus made visible on every control of the panels (an HTML widget's <style>);
-#: the text of a panel wraps at its width, and a panel never gets wider than its output
+#: the text of a panel wraps at its width, and a panel never gets wider than its output;
+#: messages at 12 px (a projector); genlab's tables aligned as their cells even when a
+#: pandas DataFrame on the page brings ``.dataframe thead th {text-align: right}``;
+#: figures no wider than the panel; a disabled button greyed and dashed, not only dimmed
 FOCUS_CSS = """<style>
 .genlab-panel :focus-visible, .genlab-panel .genlab-section-header:focus {
   outline: 2px solid #1a73e8 !important; outline-offset: 1px; }
@@ -40,6 +43,14 @@ FOCUS_CSS = """<style>
 .genlab-panel .widget-html-content { white-space: normal; overflow-wrap: break-word;
   min-width: 0; max-width: 100%; flex-shrink: 1; }
 .genlab-panel.genlab-busy .genlab-busy-note { display: inline; }
+.genlab-panel .genlab-info, .genlab-panel .genlab-ok, .genlab-panel .genlab-warn,
+.genlab-panel .genlab-error { font-size: 0.93em !important; line-height: 1.4; }
+.genlab-panel .genlab-nl { font-size: 85% !important; }
+.genlab-panel table.genlab-table thead th { text-align: left; }
+.genlab-panel table.genlab-table thead th.genlab-num { text-align: right; }
+.genlab-panel .widget-image { max-width: 100%; height: auto; margin: 0; }
+.genlab-panel .widget-button:disabled { opacity: 0.45; background: #f3f3f3;
+  color: #6b6b6b; border: 1px dashed #9a9a9a; box-shadow: none; }
 </style>"""
 
 #: the largest seed torch takes (a seed is an unsigned 64-bit number there)
@@ -68,10 +79,16 @@ def error_text(err: BaseException) -> str:
 
 
 def sentence(text: str) -> str:
-    """``text`` ending as a sentence (a full stop added when it has none), so that the
-    next sentence does not run into it."""
+    """``text`` ending as a sentence (a full stop added when it has none, and after a
+    closing parenthesis that holds none), so that the next sentence does not run into it.
+
+    >>> sentence("n: type 1 (or 2)"), sentence("done (twice.)"), sentence("why?")
+    ('n: type 1 (or 2).', 'done (twice.)', 'why?')
+    """
     text = text.rstrip()
-    return text if not text or text[-1] in ".!?:)" else text + "."
+    return (
+        text if not text or text[-1] in ".!?:" or text.endswith((".)", "!)", "?)")) else text + "."
+    )
 
 
 #: the largest magnitude a typed number may have: past it, ``int("1e999999999")`` alone
@@ -319,7 +336,7 @@ class Panel(widgets.VBox):
         """Show ``err`` in the status line (once, replacing what was there)."""
         self.error = sentence(err if isinstance(err, str) else error_text(err))
         tail = " The last good result is still shown." if kept else ""
-        self.status.value = message(self.error + tail, "error")
+        self.status.value = message(self.error.replace("`", "") + tail, "error")
 
     def guard(self, fn: Callable, *args) -> bool:
         """Call ``fn(*args)``; a failure is shown in the panel, never raised out of a

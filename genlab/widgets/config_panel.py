@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import html
+import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -102,6 +103,34 @@ def validate_quietly(
         check_samplers(config, tokenizer)
         mode = config.get_generation_mode()
     return getattr(mode, "value", str(mode)), [str(w.message) for w in caught]
+
+
+_FIELD_NOTE = re.compile(r"^- `(\w+)`: (.*)$", re.MULTILINE)
+
+
+def field_notes(notes: list[str]) -> dict[str, str]:
+    """The warnings of ``validate()`` about single fields, by field, in words (no
+    backticks): ``{"xtc_probability": "0.5 is only used when sampling; ..."}``.
+
+    >>> field_notes(["These ... ignored: ['top_k'].\\n- `top_k`: 5 is only used when "
+    ...              "sampling; set do_sample=True or reset it to 50."])
+    {'top_k': '5 is only used when sampling; set do_sample=True or reset it to 50.'}
+    """
+    return {
+        m.group(1): m.group(2).replace("`", "")
+        for note in notes
+        for m in _FIELD_NOTE.finditer(note)
+    }
+
+
+def plain_note(note: str) -> str:
+    """A warning of ``validate()`` as a person reads it: no backticks, no Python list.
+
+    >>> plain_note("Inconsistent and may be ignored: ['top_k', 'min_p'].\\n- `top_k`: x")
+    'Inconsistent and may be ignored: top_k, min_p.\\n- top_k: x'
+    """
+    note = re.sub(r"\[((?:'\w+'(?:, )?)+)\]", lambda m: m.group(1).replace("'", ""), note, count=1)
+    return note.replace("`", "")
 
 
 def _reason(name: str, value: Any, err: Exception) -> str:
@@ -353,8 +382,10 @@ class ConfigPanel(widgets.VBox):
         self.replace(new)
 
     def reset(self) -> None:
-        """Back to the config the panel started from."""
+        """Back to the config the panel started from (a "saved"/"loaded" message goes:
+        it spoke of the settings before)."""
         self.replace(copy.deepcopy(self.initial))
+        self.file_status.value = ""
 
     def replace(self, new: GenerationConfig) -> None:
         """Copy every field of ``new`` into the edited config (after validating it)."""
@@ -524,7 +555,15 @@ class ConfigPanel(widgets.VBox):
 
     def _accepted(self, names: list[str], notes: list[str]) -> None:
         self.notes = notes
-        self.notes_label.value = "".join(message(n, "warn") for n in notes)
+        self.notes_label.value = "".join(message(plain_note(n), "warn") for n in notes)
+        by_field = field_notes(notes)
+        for name, control in self.controls.built.items():  # beside the field it is about
+            if name in self.errors:
+                continue
+            if name in by_field:
+                control.set_status(by_field[name], "warn")
+            else:
+                control.set_status(control.hint(field_value(self.config, name)))
         self.mode, _ = validate_quietly(self.config)
         self._show_mode()
         for fn in list(self._listeners):

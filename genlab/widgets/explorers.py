@@ -29,7 +29,7 @@ from .base import FOCUS_CSS, figure_image, scroll_box, title_html
 from .branching import BranchPicker, branch_html, continue_with, plain_text_html
 from .config_panel import ConfigPanel
 from .live import LiveView, initial_config, limits_of
-from .render import frame_html, message, png_html, show_figure
+from .render import END_MARK, frame_html, message, png_html, show_figure
 from .worker import Job
 
 WATERMARK_PROCESSOR = "watermark"  # the KGW processor's stage label
@@ -72,6 +72,10 @@ def generated_colours(sequence, prompt_length: int, config, tokenizer, vocab_siz
     table = token_colours(sequence[start:], config, tokenizer, vocab_size=vocab_size)
     table = table[table.position >= prompt_length - start].copy()
     table["position"] = table.position - (prompt_length - start)
+    # the end-of-text token (any special token) as the panels mark it, never <|im_end|>
+    special = set(getattr(tokenizer, "all_special_ids", None) or ())
+    if special:
+        table.loc[table.id.isin(special), "token"] = END_MARK
     return table.reset_index(drop=True)
 
 

@@ -109,7 +109,20 @@ def shared_style(cls) -> widgets.Widget:
 
 
 def _row(children: list) -> widgets.HBox:
-    return widgets.HBox(children, layout=shared_layout())
+    """A field's row: label, inputs and status, wrapping onto a second line when narrow."""
+    return widgets.HBox(children, layout=shared_layout(flex_flow="row wrap", align_items="center"))
+
+
+#: the narrowest a field's message is laid out beside its inputs (else under them)
+STATUS_MIN_WIDTH = "16em"
+
+
+def status_layout(shown: bool) -> widgets.Layout:
+    """The layout of a field's status line: hidden while empty, else at least
+    :data:`STATUS_MIN_WIDTH` wide (on the next line of the row when less is left)."""
+    if not shown:
+        return shared_layout(display="none")
+    return shared_layout(margin="0 0 0 6px", flex=f"1 1 {STATUS_MIN_WIDTH}", min_width="0")
 
 
 _ITEM_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,\s]+")
@@ -235,12 +248,11 @@ class FieldControl:
         self.spec = spec
         self.name = spec.name
         self.tokenizer = tokenizer
-        # the status line takes the room that is left (a long message wraps there); the
-        # label and the inputs keep their widths
-        self.status = widgets.HTML(
-            layout=shared_layout(margin="0 0 0 6px", flex="1 1 0%"),
-            style=shared_style(HTMLStyle),
-        )
+        # the status line is hidden while empty; a message takes the room left beside
+        # the inputs, or the line under them when less than STATUS_MIN_WIDTH is left (the
+        # row wraps): never a column a few letters wide. The label and inputs keep widths.
+        self.status = widgets.HTML(layout=status_layout(False), style=shared_style(HTMLStyle))
+        self.status.add_class("genlab-field-status")
         self.label = widgets.Label(
             spec.name,
             tooltip=self._tooltip(),
@@ -289,7 +301,9 @@ class FieldControl:
 
     # -- shared ------------------------------------------------------------------------
     def set_status(self, text: str = "", kind: str = "info") -> None:
-        self.status.value = message(text, kind) if text else ""
+        # a field's name in code style (`top_k`) reads as stray marks in a panel
+        self.status.value = message(text.replace("`", ""), kind) if text else ""
+        self.status.layout = status_layout(bool(text))
 
     def hint(self, value: Any) -> str:
         """Extra information shown after a valid value (e.g. the decoded tokens)."""
@@ -482,14 +496,23 @@ class BoolControl(FieldControl):
             self.input.value = bool(value)
 
 
+#: what a dropdown shows for a choice that is a bare number (the value stays the number)
+CHOICE_LABELS: dict[str, dict[Any, str]] = {
+    "mirostat_mode": {0: "0: off", 1: "1: Mirostat", 2: "2: Mirostat 2.0"},
+}
+
+
 class ChoiceControl(FieldControl):
-    """A dropdown of the spec's choices (plus None when allowed)."""
+    """A dropdown of the spec's choices (plus None when allowed), each named in words
+    where the choice is a code (:data:`CHOICE_LABELS`)."""
 
     def _build(self, value) -> None:
         choices = list(self.spec.choices or ())
         if self.spec.nullable:
             choices.insert(0, None)
-        self.input = ChoiceDropdown(choices, value, "180px")
+        names = CHOICE_LABELS.get(self.spec.name, {})
+        labels = [NONE_LABEL if c is None else names.get(c, str(c)) for c in choices]
+        self.input = ChoiceDropdown(choices, value, "180px", labels)
 
     def read(self):
         return self.input.choice
@@ -664,7 +687,7 @@ class WatermarkControl(FieldControl):
             box.layout.display = None if key == scheme else "none"
 
     def _layout_box(self) -> widgets.Box:
-        row = widgets.HBox([self.label, self.input, self.status])
+        row = _row([self.label, self.input, self.status])
         return widgets.VBox([row, *self.sub_boxes.values()])
 
     def watched(self):

@@ -46,14 +46,17 @@ def _png(fig) -> bytes:
 
 
 def _image(png: bytes, image: widgets.Image) -> None:
-    """Show ``png`` in ``image`` at its native size (hidden while there is none)."""
+    """Show ``png`` in ``image`` at its native size, scaled down whole to the panel's
+    width when that is narrower (as :func:`~genlab.widgets.render.show_figure`: the last
+    token's column and the colour bar were cut at 768 px); hidden while there is none."""
     from .render import png_size
 
     image.value = png
-    width, height = png_size(png)
+    width, _ = png_size(png)
     image.layout.display = None if png else "none"
-    image.layout.width, image.layout.height = (f"{width}px", f"{height}px") if png else (None, None)
-    image.layout.max_width = "none"
+    image.layout.width, image.layout.height = (f"{width}px", "auto") if png else (None, None)
+    image.layout.max_width = "100%"
+    image.layout.object_fit = "contain"
 
 
 def focused_heads(att, n: int = 12):

@@ -63,7 +63,7 @@ NEWLINE_MARK = f'<span class="genlab-nl" style="font-size:70%;opacity:0.75">{NEW
 
 
 #: what the text shows for the end-of-text token that ended a run (never ``<|im_end|>``)
-END_MARK = "\u23f9 end"
+END_MARK = "\u25a0 end"  # ■: a glyph DejaVu Sans and Liberation carry (U+23F9 drew a box)
 
 
 def running_text(token: str) -> str:
@@ -300,21 +300,23 @@ def png_size(png: bytes) -> tuple[int, int]:
 
 
 def show_figure(image, fig, dpi: int = FIGURE_DPI) -> bytes:
-    """Draw ``fig`` into the ``widgets.Image`` ``image`` at its native size: one figure
-    pixel per screen pixel (never stretched or squeezed; a wide figure scrolls in its
-    box). ``fig`` None clears the image. Returns the PNG bytes."""
+    """Draw ``fig`` into the ``widgets.Image`` ``image`` at its native size (one figure
+    pixel per screen pixel, never stretched), scaled down with its aspect ratio kept
+    when the panel is narrower (``max-width: 100%``: no figure cut at the panel's right
+    edge, as the colour bar or the last column of a grid was at 768 px). ``fig`` None
+    clears the image. Returns the PNG bytes."""
     if fig is None:  # hidden: an empty image shows a broken-image icon
         image.value = b""
         image.layout.width = image.layout.height = None
         image.layout.display = "none"
         return b""
     png = figure_png(fig, dpi=dpi)
-    width, height = png_size(png)
+    width, _ = png_size(png)
     image.value = png
     image.layout.display = None
-    image.layout.width, image.layout.height = f"{width}px", f"{height}px"
-    image.layout.max_width = "none"
-    image.layout.object_fit = "none"
+    image.layout.width, image.layout.height = f"{width}px", "auto"
+    image.layout.max_width = "100%"
+    image.layout.object_fit = "contain"
     return png
 
 

@@ -24,9 +24,11 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..attribution import METHODS, attribute
+from ..config import FieldSpec
 from ..plots.steering import attribution_heatmap
 from ..steering import steer, steering_vector
-from .base import FOCUS_CSS, figure_image, scroll_box, title_html
+from .base import FOCUS_CSS, figure_image, parse_number, scroll_box, title_html
+from .fields import make_control
 from .inside import _image, _png
 from .live import Cancelled, LiveView, initial_config, start_run
 from .render import frame_html, message, png_html, text_block
@@ -34,6 +36,38 @@ from .worker import Job
 
 #: the residual-stream points a steering vector can be added at
 POINTS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
+
+#: what the panel's words mean, in its tooltips and under its table (issue 50: a class
+#: met hook_resid_post, "vector length", gradient_x_input and "score" unexplained)
+POINT_HELP = (
+    "where in the layer the vector is added to the residual stream: hook_resid_pre before "
+    "the layer, hook_resid_mid between its attention and its MLP, hook_resid_post after it"
+)
+METHOD_HELP = (
+    "gradient_x_input: the gradient of the token's log-probability times each earlier "
+    "token's embedding (one backward pass); integrated_gradients: the gradient averaged "
+    "from a zero embedding to the real one (8 passes per token, slower, more faithful)"
+)
+READING_HELP = (
+    "Reading it: vector length is the size of the steering vector (the mean difference of "
+    "the positive and negative prompts' last-token activations at the point); strength 1 "
+    "adds all of it. A source's score is how much that earlier token raised (positive) or lowered "
+    "(negative) the generated token's log-probability; the strongest source is the "
+    "largest score, which can still be small."
+)
+
+#: the strength of the steering, as the panels' other number fields are edited
+STRENGTH = FieldSpec(
+    name="strength",
+    group="logits",
+    kind="float",
+    default=0.0,
+    min=-1.0,
+    max=1.0,
+    step=0.05,
+    help="how much of the steering vector is added at the hook point: 0 none, 1 the whole "
+    "vector, negative the opposite way",
+)
 
 
 def _prompts(text: str) -> list[str]:
@@ -93,11 +127,15 @@ class InsideView(LiveView):
         self.layer_slider = widgets.IntSlider(
             value=layer, min=0, max=layers - 1, description="layer", continuous_update=False
         )
-        self.point_box = widgets.Dropdown(options=list(POINTS), value=point, description="point")
-        self.strength_slider = widgets.FloatSlider(
-            value=strength, min=-1.0, max=1.0, step=0.05, description="strength",
-            continuous_update=False, readout_format=".2f",
-        )  # fmt: skip
+        self.point_box = widgets.Dropdown(
+            options=list(POINTS), value=point, description="point", tooltip=POINT_HELP
+        )
+        # the panels' checked number box (a typed 1e9 or "abc" is refused in words beside
+        # it, never clamped or reverted in silence) after the slider
+        self.strength_box = make_control(STRENGTH, float(strength))
+        parse_number(strength, "strength", low=STRENGTH.min, high=STRENGTH.max)
+        self.strength_slider = self.strength_box.slider
+        self._strength = float(strength)
         self.positive_box = widgets.Text(value=positive, description="positive",
                                          continuous_update=False,
                                          layout=widgets.Layout(width="auto"))  # fmt: skip
@@ -105,10 +143,13 @@ class InsideView(LiveView):
                                          continuous_update=False,
                                          layout=widgets.Layout(width="auto"))  # fmt: skip
         self.method_box = widgets.Dropdown(options=list(METHODS), value=method,
-                                           description="attribution")  # fmt: skip
-        for w in (self.layer_slider, self.point_box, self.strength_slider, self.positive_box,
-                  self.negative_box, self.method_box):  # fmt: skip
+                                           description="attribution",
+                                           tooltip=METHOD_HELP)  # fmt: skip
+        for w in (self.layer_slider, self.point_box, self.positive_box, self.negative_box,
+                  self.method_box):  # fmt: skip
             w.observe(self.on_input, names="value")
+        for w in self.strength_box.watched():
+            w.observe(self._strength_typed, names="value")
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
         self.heatmap = figure_image()
@@ -119,7 +160,8 @@ class InsideView(LiveView):
             title_html("inside: steering and attribution", lm),
             self.prompt_box,
             widgets.HBox([self.chat_box, self.seed_box], layout=wrap),
-            widgets.HBox([self.layer_slider, self.point_box, self.strength_slider], layout=wrap),
+            widgets.HBox([self.layer_slider, self.point_box], layout=wrap),
+            self.strength_box.box,
             self.positive_box,
             self.negative_box,
             widgets.HBox([self.method_box], layout=wrap),
@@ -127,6 +169,7 @@ class InsideView(LiveView):
             self.text_view,
             scroll_box(self.heatmap),
             self.sources,
+            widgets.HTML(message(READING_HELP)),
         ])  # fmt: skip
         self.add_class("genlab-inside-view")
         self.add_class("genlab-panel")
@@ -145,6 +188,22 @@ class InsideView(LiveView):
         self.auto_box.value = auto
         self.update(sync=True)
 
+    def _strength_typed(self, change=None) -> None:
+        """The strength box changed: a number in range is taken (and a run scheduled); a
+        refused one is said beside the box, and the last good strength stays."""
+        try:
+            value = float(
+                parse_number(self.strength_box.read(), "strength", low=STRENGTH.min,
+                             high=STRENGTH.max)
+            )  # fmt: skip
+        except ValueError as err:
+            self.strength_box.set_status(str(err), "error")
+            return
+        self.strength_box.set_status()
+        self.strength_box.accepted(value)
+        self._strength = value
+        self.on_input(change)
+
     def _vector(self):
         pos, neg = _prompts(self.positive_box.value), _prompts(self.negative_box.value)
         key = (tuple(pos), tuple(neg), self.point_name)
@@ -160,7 +219,7 @@ class InsideView(LiveView):
         step (Stop ends it), then the attribution of what was generated; returns (result,
         vector, attribution, strength, point, stopped)."""
         vector = self._vector()
-        strength, point = float(self.strength_slider.value), self.point_name
+        strength, point = self._strength, self.point_name
         config = initial_config(self.lm, None, **self.config)
         run = start_run(
             self.lm, self.prompt_box.value, chat=self.chat_box.value, seed=self.seed,
@@ -212,7 +271,7 @@ class InsideView(LiveView):
     def __repr__(self) -> str:
         return (
             f"InsideView(lm={self.lm.name!r}, point={self.point_name!r}, "
-            f"strength={self.strength_slider.value:g})"
+            f"strength={self._strength:g})"
         )
 
 

@@ -1,0 +1,132 @@
+"""Issue 50, the panels as a class reads them at 768 px: a refused value's message wraps
+under the controls (never a column a few letters wide), a setting that changes nothing
+in a greedy panel says so beside itself, codes are named, and a stale message goes.
+(The browser check, tests/browser/ui_check.py, measures the same in Chromium.)"""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+from genlab import GenerationConfig
+from genlab.widgets import ConfigPanel
+from genlab.widgets.base import FOCUS_CSS
+from genlab.widgets.config_panel import field_notes, plain_note
+from genlab.widgets.fields import STATUS_MIN_WIDTH
+
+
+def test_a_field_row_wraps_and_its_message_takes_a_line_of_its_own_when_short():
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=20))
+    control = panel.controls["max_new_tokens"]
+    assert control.box.layout.flex_flow == "row wrap"
+    assert control.status.layout.display == "none"  # no empty line under every field
+    assert not panel.set("max_new_tokens", "abc")
+    status = control.status.layout
+    assert status.display is None
+    # at least 16em wide: beside the inputs when there is room, else on the next line
+    assert status.flex == f"1 1 {STATUS_MIN_WIDTH}" and STATUS_MIN_WIDTH == "16em"
+    assert "max_new_tokens: &#x27;abc&#x27; is not a whole number" in control.status.value
+    assert panel.set("max_new_tokens", 24)
+    assert control.status.layout.display == "none"
+
+
+def test_sampling_only_settings_say_so_beside_themselves_in_a_greedy_panel():
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=20))  # greedy
+    for name, value in (("xtc_probability", 0.5), ("mirostat_mode", 2), ("temperature", 0.5)):
+        assert panel.set(name, value)
+        status = panel.controls[name].status.value
+        assert "only used when sampling" in status and "genlab-warn" in status, name
+        assert "`" not in status
+    notes = panel.notes_label.value
+    assert "only used when sampling" in notes and "`" not in notes and "['" not in notes
+    assert panel.set("do_sample", True)  # sampling: every note goes
+    for name in ("xtc_probability", "mirostat_mode", "temperature"):
+        assert panel.controls[name].status.value == "", name
+    assert panel.notes_label.value == ""
+
+
+def test_notes_are_read_per_field_and_in_words():
+    note = (
+        "These generation settings are inconsistent and may be ignored: ['top_k', 'min_p']."
+        "\n- `top_k`: 5 is only used when sampling; set do_sample=True or reset it to 50."
+        "\n- `min_p`: 0.1 is only used when sampling; set do_sample=True or reset it to None."
+    )
+    assert field_notes([note]) == {
+        "top_k": "5 is only used when sampling; set do_sample=True or reset it to 50.",
+        "min_p": "0.1 is only used when sampling; set do_sample=True or reset it to None.",
+    }
+    assert plain_note(note).splitlines()[0].endswith("may be ignored: top_k, min_p.")
+
+
+def test_mirostat_modes_are_named():
+    panel = ConfigPanel()
+    dropdown = panel.controls["mirostat_mode"].input
+    assert [label for label, _ in dropdown.options] == [
+        "0: off",
+        "1: Mirostat",
+        "2: Mirostat 2.0",
+    ]
+    assert panel.set("mirostat_mode", 2) and dropdown.choice == 2
+    dropdown.value = 1  # chosen in the browser: the number reaches the config
+    assert panel.config.mirostat_mode == 1
+
+
+def test_reset_clears_the_saved_message(tmp_path):
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=20))
+    panel.save(tmp_path / "g.json")
+    assert "saved" in panel.file_status.value
+    panel.reset()
+    assert panel.file_status.value == ""
+
+
+def test_page_css_lets_genlab_tables_and_figures_win():
+    # pandas' DataFrame HTML brings `.dataframe thead th {text-align: right}` to the page
+    # (specificity 0,1,2) and genlab's tables carry the class: the panels' rule outranks it
+    assert ".genlab-panel table.genlab-table thead th { text-align: left; }" in FOCUS_CSS
+    assert "thead th.genlab-num { text-align: right; }" in FOCUS_CSS
+    assert ".genlab-panel .widget-image { max-width: 100%;" in FOCUS_CSS
+    assert isinstance(widgets.HTML(FOCUS_CSS), widgets.HTML)
+
+
+def test_inside_views_strength_box_refuses_in_words_and_keeps_the_last_good_value():
+    from helpers import tiny_llama
+    from test_steering import word_tokenizer
+
+    import genlab
+    from genlab.models.architectures import build_decoder
+    from genlab.widgets import InsideView
+
+    hf = tiny_llama(num_hidden_layers=3)
+    lm = genlab.LM(build_decoder(hf.config.to_dict(), hf.state_dict()), word_tokenizer())
+    view = InsideView(
+        lm, "the cat", positive="good day", negative="bad day", layer=1, strength=0.5,
+        max_new_tokens=3, debounce=0.0,
+    )  # fmt: skip
+    view.auto_box.value = False
+    box = view.strength_box
+    for typed, said in (("1e9", "out of range"), ("abc", "is not a number"), ("", "not a")):
+        box.text.value = typed
+        assert said in box.status.value and "genlab-error" in box.status.value, typed
+        assert view.strength_slider.value == 0.5  # neither clamped to 1.00 nor moved
+        assert "strength=0.5" in repr(view)
+    box.text.value = "-0.25"
+    assert box.status.value == "" and view.strength_slider.value == -0.25
+    assert "strength=-0.25" in repr(view)
+
+
+def test_the_watermark_explorer_marks_the_end_of_text_never_shows_its_raw_token():
+    import torch
+
+    from genlab import WatermarkingConfig
+    from genlab.widgets.explorers import generated_colours
+    from genlab.widgets.render import END_MARK
+
+    class Tokenizer:  # id 2 is the end-of-text token, as <|im_end|> in the demo model
+        all_special_ids = [2]
+
+        def decode(self, ids):
+            return "<|im_end|>" if ids == [2] else f" w{ids[0]}"
+
+    seq = torch.tensor([1, 5, 6, 7, 8, 2])
+    table = generated_colours(seq, 3, WatermarkingConfig(), Tokenizer(), 20)
+    assert table.token.tolist() == [" w7", " w8", END_MARK]
+    assert END_MARK == "\u25a0 end"
