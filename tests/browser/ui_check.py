@@ -2,7 +2,11 @@
 tests/browser/panels.ipynb from code, so that the check does not depend on the notebooks'
 prose), at 768 px of notebook output: JupyterLab in a 1200 px window with its file
 browser open, as a class sees it; then again at 1020 px (the file browser closed), where
-nothing may overflow either.
+nothing may overflow either; last (issue 50) in a 768 px *window*, a laptop on a
+projector, beside a pandas DataFrame (panels.ipynb shows one, with pandas' CSS): a refused
+value's message wraps under its field, headers stay aligned, no figure is cut or scrolls
+sideways, every symbol shown has a glyph, a sampling-only setting in a greedy panel says
+so; then the file browser opened (a ~336 px notebook: recorded and a screenshot).
 
 usage: python ui_check.py BASE_URL NOTEBOOK ARTIFACTS_DIR [MODE]
 
@@ -863,6 +867,146 @@ def wide_checks(page, res: dict, shots: Path) -> None:
     set_output_width(page, OUTPUT_WIDTH)
 
 
+# issue 50: a 768 px *window* (a laptop on a projector), the file browser closed and open
+LECTURE_WINDOW = 768
+# a refused value's message: the field's status line, its width and the field's height
+FIELD_MESSAGE = """(sel) => { const f = document.querySelector(sel);
+  const s = f.querySelector('.genlab-field-status');
+  return {text: s ? s.innerText : '',
+          status_width: s ? Math.round(s.getBoundingClientRect().width) : 0,
+          field_height: Math.round(f.getBoundingClientRect().height),
+          field_width: Math.round(f.getBoundingClientRect().width)}; }"""
+# visible figures past the panel's right edge, or in a box that scrolls sideways (a
+# scroll bar is the only hint that a figure is cut)
+FIGURE_CUT = """(sel) => [...document.querySelectorAll(sel)].flatMap(root => {
+  const right = root.getBoundingClientRect().right;
+  return [...root.querySelectorAll('img')].filter(i => i.offsetParent !== null)
+    .map(i => [i.getBoundingClientRect(), i.parentElement])
+    .filter(([r, box]) => r.right > right + 1 || box.scrollWidth > box.clientWidth + 1)
+    .map(([r, box]) => Math.round(r.width) + ' px figure in a ' + box.clientWidth +
+         ' px box, ' + Math.round(r.right - right) + ' px past the panel'); })"""
+# the symbols (not letters) of the panels' text that the page's fonts lack: drawn on a
+# canvas in the panel's font and in monospace, a symbol no font has draws as the same
+# empty box as a private-use code point
+MISSING_GLYPHS = """(sels) => {
+  // textContent: the text of panels JupyterLab has not laid out (off screen) too
+  const text = sels.flatMap(s => [...document.querySelectorAll(s)].map(e => e.textContent))
+    .join('');
+  const chars = [...new Set([...text])].filter(c => c.codePointAt(0) > 127 && !/\\p{L}/u.test(c)
+                                                   && !/\\s/.test(c));
+  const c = document.createElement('canvas'); c.width = 48; c.height = 48;
+  const g = c.getContext('2d', {willReadFrequently: true});
+  const draw = (ch, font) => { g.clearRect(0, 0, 48, 48); g.font = font; g.fillStyle = '#000';
+    g.textBaseline = 'top'; g.fillText(ch, 4, 4);
+    return g.getImageData(0, 0, 48, 48).data.join(); };
+  const family = getComputedStyle(document.querySelector(sels[0])).fontFamily;
+  const out = [];
+  for (const font of ['32px ' + family, '32px monospace']) {
+    const boxes = [draw('\\u{10FFFD}', font), draw('\\uE000', font)];
+    for (const ch of chars) if (boxes.includes(draw(ch, font)))
+      out.push(ch + ' U+' + ch.codePointAt(0).toString(16).toUpperCase()); }
+  return {checked: chars.join(''), missing: [...new Set(out)]}; }"""
+
+
+def lecture(page, res: dict, shots: Path) -> None:
+    """Issue 50 at a 768 px window: a refused max_new_tokens wraps under its controls
+    (it was one letter per line), table headers stay aligned beside a pandas DataFrame,
+    figures fit the panel, every symbol has a glyph, a setting that changes nothing in a
+    greedy panel says so, mirostat's modes are named; a screenshot of each panel."""
+    viewport = page.viewport_size
+    page.set_viewport_size({"width": LECTURE_WINDOW, "height": viewport["height"]})
+    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+    page.wait_for_timeout(800)
+    res["lecture_output_width"] = page.evaluate(
+        "() => Math.round(document.querySelector('.jp-CodeCell .jp-InputArea-editor')"
+        ".getBoundingClientRect().width)"
+    )
+    # the Playground still shows the run the model ended (eos_end): its end mark too
+    res["glyphs"] = page.evaluate(MISSING_GLYPHS, list(PANELS.values()))
+    # 1. a refused value, typed in the Playground's max_new_tokens box
+    field = page.locator(SLIDER).first
+    field.scroll_into_view_if_needed()
+    box = field.locator("input").last
+    res["refusals"] = {}
+    for typed in ("abc", "1e9"):
+        box.fill(typed)
+        box.press("Enter")
+        shown = "abc" if typed == "abc" else "8,192"
+        try:
+            wait_for(page, "([sel, t]) => document.querySelector(sel).innerText.includes(t)",
+                     arg=[SLIDER, shown], timeout=15_000)  # fmt: skip
+        except Exception:
+            pass
+        page.wait_for_timeout(300)
+        res["refusals"][typed] = page.evaluate(FIELD_MESSAGE, SLIDER)
+        if typed == "abc":
+            page.locator(PG).first.screenshot(path=str(shots / "lecture_playground_refusal.png"))
+    box.fill("24")
+    box.press("Enter")
+    page.wait_for_timeout(1000)  # (the run starts after the panel's commit delay)
+    try:
+        wait_for(page, "(sel) => !document.querySelector(sel).querySelector('.genlab-error') &&"
+                 " !document.querySelector('.genlab-playground').classList.contains('genlab-busy')",
+                 arg=SLIDER, timeout=30_000)  # fmt: skip
+    except Exception:
+        pass
+    # 2. tables beside the DataFrame of panels.ipynb, figures, glyphs, per panel
+    res["lecture_misaligned"], res["figure_cut"], res["lecture_overflow"] = {}, {}, {}
+    for name, tab_title in (
+        ("playground", "Plots"),
+        ("playground", "Tokens"),
+        ("step_debugger", "History"),
+        ("step_debugger", "Current step"),
+        ("compare", None),
+        ("beam_explorer", "Beam tree"),
+        ("watermark_explorer", "Green list"),
+        ("watermark_explorer", "Green / red"),
+        ("lens_view", "Attention"),
+        ("lens_view", "Logit lens"),
+        ("sweep_view", None),
+    ):
+        root = PANELS[name]
+        page.locator(root).first.scroll_into_view_if_needed()
+        if tab_title:
+            tab(page, root, tab_title)
+            page.wait_for_timeout(400)
+        key = f"{name} {tab_title}" if tab_title else name
+        res["lecture_misaligned"][key] = page.evaluate(MISALIGNED, root)
+        res["figure_cut"][key] = page.evaluate(FIGURE_CUT, root)
+        res["lecture_overflow"][key] = page.evaluate(OVERFLOW, root)
+        shot = key.replace(" / ", "_").replace(" ", "_").lower()
+        page.locator(root).first.screenshot(path=str(shots / f"lecture_{shot}.png"))
+    # 3. XTC and mirostat in a greedy panel (the ConfigPanel of panels.ipynb)
+    root = PANELS["config_panel"]
+    open_section(page, root, "Samplers beyond")
+    xtc = page.locator(f"{root} .genlab-field-xtc_probability .genlab-number input").first
+    xtc.wait_for(timeout=15_000)
+    xtc.fill("0.5")
+    xtc.press("Enter")
+    try:
+        wait_for(page, "(sel) => /sampling/.test(document.querySelector(sel).innerText)",
+                 arg=f"{root} .genlab-field-xtc_probability", timeout=10_000)  # fmt: skip
+    except Exception:
+        pass
+    res["xtc_greedy_note"] = sel_text(page, f"{root} .genlab-field-xtc_probability")
+    res["mirostat_options"] = page.locator(
+        f"{root} .genlab-field-mirostat_mode select option"
+    ).all_inner_texts()
+    page.locator(f"{root} .genlab-field-xtc_probability").first.scroll_into_view_if_needed()
+    page.locator(root).first.screenshot(path=str(shots / "lecture_config_panel_xtc.png"))
+    # 4. the file browser open (a 321 px notebook): recorded, and a screenshot
+    page.evaluate("() => window.jupyterapp.shell.expandLeft()")
+    page.wait_for_timeout(800)
+    res["lecture_output_width_browser_open"] = page.evaluate(
+        "() => Math.round(document.querySelector('.jp-CodeCell .jp-InputArea-editor')"
+        ".getBoundingClientRect().width)"
+    )
+    res["overflow_browser_open"] = {n: page.evaluate(OVERFLOW, s) for n, s in PANELS.items()}
+    page.locator(DBG).first.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "lecture_file_browser_open.png"))
+    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+
+
 def main() -> int:
     t0 = time.time()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -906,6 +1050,7 @@ def main() -> int:
                 safe(lambda: bounds_and_branches(page, res, shots), res, "issue 37")
                 messages_and_ends(page, res, shots)
                 safe(lambda: wide_checks(page, res, shots), res, "1020 px")
+                safe(lambda: lecture(page, res, shots), res, "768 px window")
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "failure.png"))
             raise
@@ -991,11 +1136,27 @@ def main() -> int:
         "low_memory shows no 'None'": bool(res.get("low_memory_options"))
         and res["low_memory_options"][0] != "None" and "None" not in res["low_memory_options"][1],
         "the model's end shown as a mark, with why the run stopped": "end-of-text"
-        in str(res.get("eos_status")) and "\u23f9 end" in str(res.get("eos_text_end"))
+        in str(res.get("eos_status")) and "\u25a0 end" in str(res.get("eos_text_end"))
         and "<|" not in str(res.get("eos_text_end")),
         "num_beams=1e9 refused with its bound, no RuntimeError": bool(res.get("beams_1e9"))
         and bool(re.search(r"over [\d,]+", res["beams_1e9"][0]))
         and not any(w in " ".join(res["beams_1e9"]) for w in ("RuntimeError", "alloc_cpu")),
+        "768 px window: a refused value's message wraps under its controls": len(
+            res.get("refusals", {})) == 2 and all(
+            r["status_width"] >= 200 and r["field_height"] <= 160 and ("abc" in r["text"]
+            or "8,192" in r["text"]) for r in res["refusals"].values())
+        and 500 <= res.get("lecture_output_width", 0) <= 740,
+        "768 px window: table headers aligned beside a DataFrame": len(
+            res.get("lecture_misaligned", {})) == 11
+        and not any(res["lecture_misaligned"].values()),
+        "768 px window: no figure cut at the panel's edge": len(res.get("figure_cut", {})) == 11
+        and not any(res["figure_cut"].values()),
+        "every symbol the panels show has a glyph": bool(res.get("glyphs"))
+        and "\u25a0" in res["glyphs"]["checked"] and not res["glyphs"]["missing"],
+        "XTC in a greedy panel says it is only used when sampling": "only used when sampling"
+        in str(res.get("xtc_greedy_note")),
+        "mirostat modes named": "2: Mirostat 2.0"  # (a dropdown's spaces are no-break)
+        in [o.replace("\xa0", " ") for o in res.get("mirostat_options", [])],
     }  # fmt: skip
     res["step_latency_p50"] = lat[len(lat) // 2]
     res["step_latency_p90"] = lat[min(len(lat) - 1, int(0.9 * len(lat)))]
