@@ -402,10 +402,35 @@ def _matmul_shape(x, weight, add):
 
 def head_logits(kept: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
     """Normed hidden states (rows, kept, hidden) through the vocabulary head (a
-    :func:`pack_weight` weight) -> float32 logits (rows, kept, vocab)."""
+    :func:`pack_weight` weight) -> float32 logits (rows, kept, vocab), shaken when
+    ``GENLAB_SHAKE`` asks (:func:`shake`)."""
     rows, n_kept = kept.shape[:2]
     logits = matmul(kept.reshape(rows * n_kept, -1), head).view(rows, n_kept, -1)
-    return logits if logits.dtype == torch.float32 else logits.float()
+    logits = logits if logits.dtype == torch.float32 else logits.float()
+    return shake(logits) if SHAKE_ULPS else logits
+
+
+#: ``GENLAB_SHAKE=N``: every logit of the built-in decoders moved by up to N float32 ulps
+#: (a test-only setting, read at import; 0 or unset: off). See :func:`shake`.
+SHAKE_ULPS = float(os.environ.get("GENLAB_SHAKE", "0") or 0)
+_SHAKE_PATTERN: dict[int, torch.Tensor] = {}
+
+
+def shake(logits: torch.Tensor, ulps: float | None = None) -> torch.Tensor:
+    """``logits`` (..., vocab) with each token's logit scaled by ``1 + f * ulps * 2**-23``,
+    where ``f`` in [-1, 1] is a fixed pseudo-random number per token id: the numerics
+    shaken by about what another summation order does (another CPU, thread count or
+    weight form). A lesson whose stored outputs change under it sits on a knife edge:
+    ``make notebooks-shaken`` runs every notebook so."""
+    ulps = SHAKE_ULPS if ulps is None else ulps
+    vocab = logits.shape[-1]
+    pattern = _SHAKE_PATTERN.get(vocab)
+    if pattern is None:
+        ids = torch.arange(vocab, dtype=torch.int64)
+        mixed = (ids * 2654435761 + 12345) % (1 << 32)  # Knuth's multiplicative hash
+        pattern = _SHAKE_PATTERN[vocab] = (mixed.double() / (1 << 31) - 1.0).float()
+    factor = 1.0 + pattern.to(logits.device) * (ulps * 2.0**-23)
+    return logits * factor
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
