@@ -5,6 +5,8 @@ in a greedy panel says so beside itself, codes are named, and a stale message go
 
 from __future__ import annotations
 
+import re
+
 import ipywidgets as widgets
 
 from genlab import GenerationConfig
@@ -111,6 +113,15 @@ def test_inside_views_strength_box_refuses_in_words_and_keeps_the_last_good_valu
     box.text.value = "-0.25"
     assert box.status.value == "" and view.strength_slider.value == -0.25
     assert "strength=-0.25" in repr(view)
+    # the strongest source of each generated token: the largest |score|, either sign
+    table = view.attribution.table
+    want = table.loc[table.score.abs().groupby(table.step).idxmax()]
+    shown = [
+        float(x)
+        for x in re.findall(r'<td class="genlab-num">(-?[\d.]+)</td>\s*</tr>', view.sources.value)
+    ]
+    assert shown == [round(float(x), 3) for x in want.score]
+    assert "largest |score|" in view.sources.value
 
 
 def test_the_watermark_explorer_marks_the_end_of_text_never_shows_its_raw_token():

@@ -52,8 +52,8 @@ READING_HELP = (
     "Reading it: vector length is the size of the steering vector (the mean difference of "
     "the positive and negative prompts' last-token activations at the point); strength 1 "
     "adds all of it. A source's score is how much that earlier token raised (positive) or lowered "
-    "(negative) the generated token's log-probability; the strongest source is the "
-    "largest score, which can still be small."
+    "(negative) the generated token's log-probability; the strongest source is the one of "
+    "largest size either way (|score|)."
 )
 
 #: the strength of the steering, as the panels' other number fields are edited
@@ -248,10 +248,14 @@ class InsideView(LiveView):
         self.heatmap_png = _png(attribution_heatmap(attribution))
         _image(self.heatmap_png, self.heatmap)
         table = attribution.table
-        top = table.loc[table.groupby("step").score.idxmax()][["step", "target", "token", "score"]]
+        # the strongest source pushes either way: the largest |score| (the largest signed
+        # score could be a source of 0.006 beside one of -0.9)
+        strongest = table.score.abs().groupby(table.step).idxmax()
+        top = table.loc[strongest][["step", "target", "token", "score"]]
         top = top.rename(columns={"token": "top source"}).round({"score": 3})
-        self.sources.value = "<b>each generated token's strongest source</b>" + frame_html(
-            top.head(20)
+        self.sources.value = (
+            "<b>each generated token's strongest source</b> (largest |score|)"
+            + frame_html(top.head(20))
         )
         note = "stopped: the tokens made so far; " if stopped else ""
         self.status.value = message(
