@@ -38,6 +38,7 @@ from .caches import compiled_forward
 from .config import prepare_config
 from .context import StepContext
 from .forward_cache import WeightsCheck
+from .grammar import check_forced, with_grammar
 from .history import Timeline, needs_replay
 from .hooks import HookRegistry, warn_unheard
 from .ids import check_ids
@@ -221,6 +222,8 @@ class Run:
         self._stepping = False  # inside a step (its hooks, processors, criteria, streamer)
         self._stop_requested = False
         self._finished_by: str | None = None
+        # json_schema= / regex= / grammar=: compiled now, a processor first among the user's
+        logits_processor = with_grammar(model, tokenizer, logits_processor, kwargs)
 
         def set_up():
             return self._set_up(
@@ -511,6 +514,7 @@ class Run:
         a text (all of its tokens, one per step). Queued ids: :attr:`pending_forced`."""
         ids = forced_ids(token, self.given.tokenizer, self.given.info.vocab_size)
         with self._exclusive("force"):
+            check_forced(self.state, [*self.state.forced, *ids])  # a grammar's refusal
             self.state.forced = [*self.state.forced, *ids]
         return self
 

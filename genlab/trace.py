@@ -374,7 +374,9 @@ class Trace:
 
     def steps(self, row: int = 0, alternatives: int = 3) -> pd.DataFrame:
         """One row per generated token of ``row``: the chosen token under the final scores,
-        its log-prob, prob, rank, the entropy, and the top alternatives.
+        its log-prob, prob, rank, the entropy, and the top alternatives; in a run under
+        ``json_schema=``, ``regex=`` or ``grammar=``, also ``allowed`` (the tokens the
+        grammar allowed) and ``grammar_forced`` (it allowed one).
 
         In a finished beam search, ``row`` is a returned sequence (an output row): each
         step shows the token that sequence took, from the beam it came from."""
@@ -409,6 +411,7 @@ class Trace:
                     "raw_logprob": float(raw.chosen_logprobs[row]),
                     "raw_entropy": float(raw.entropy[row]),
                     "forced": rec.forced,
+                    **_grammar_columns(rec, row),
                     "top": ", ".join(alts),
                 }
             )
@@ -448,6 +451,7 @@ class Trace:
                     "score": float(node.score),
                     "raw_entropy": float(raw.entropy[parent]),
                     "forced": rec.forced,
+                    **_grammar_columns(rec, parent),
                     "top": ", ".join(alts),
                 }
             )
@@ -684,6 +688,17 @@ class Trace:
 
     def __repr__(self) -> str:
         return f"Trace({len(self.records)} steps, stages={self.stages()})"
+
+
+def _grammar_columns(rec: StepRecord, row: int) -> dict:
+    """A constrained run's columns of :meth:`Trace.steps`: ``allowed``, how many tokens the
+    ``grammar`` stage left, and ``grammar_forced``, whether that was one (the step had no
+    choice: the token could have been written without the model, "jump-forward")."""
+    stage = next((st for st in rec.stages if st.name == "grammar"), None)
+    if stage is None:
+        return {}
+    allowed = int(stage.kept[row])
+    return {"allowed": allowed, "grammar_forced": allowed == 1}
 
 
 def trace_of(source: Any, needed_by: str) -> Trace:
