@@ -141,3 +141,28 @@ def test_the_watermark_explorer_marks_the_end_of_text_never_shows_its_raw_token(
     table = generated_colours(seq, 3, WatermarkingConfig(), Tokenizer(), 20)
     assert table.token.tolist() == [" w7", " w8", END_MARK]
     assert END_MARK == "\u25a0 end"
+
+
+def test_a_branch_tree_over_a_callable_follows_it_and_says_how():
+    import genlab
+    from genlab.models.table import TableLM
+    from genlab.widgets.debugger import StepDebugger
+    from genlab.widgets.tree import BranchTree
+
+    row = {w: 1 / 4 for w in "a b c d".split()}
+    lm = genlab.LM(TableLM({"": row}, fallback=row))
+    dbg = StepDebugger(lm, "a", max_new_tokens=20)
+    tree = BranchTree(lambda: dbg.runs, lm.tokenizer)  # standalone: no on_continue
+    assert "0 tokens over 1 run(s)" in tree.status.value
+    assert "Refresh reads the runs again" in tree.status.value
+    assert tree.continue_button.layout.display == "none"  # a button that cannot work
+    dbg.step(5)
+    dbg.fork()
+    dbg.step(2)
+    tree.refresh_button.click()
+    assert "7 tokens over 2 run(s)" in tree.status.value
+    dbg.step(3)
+    assert "10 tokens over 2 run(s)" in tree.static_html()  # saved as it is now
+    fixed = BranchTree(list(dbg.runs), lm.tokenizer)  # a list: what it was given
+    assert fixed.refresh_button.layout.display == "none"
+    assert "Refresh" not in fixed.status.value

@@ -160,6 +160,9 @@ class BranchTree(Panel):
         on_continue: Callable[[int, int], None] | None = None,
         active: Callable[[], Any] | None = None,
     ) -> None:
+        #: a view over a callable follows it: Refresh, the static view and save_html read
+        #: the runs again (a standalone tree said "0 tokens over 1 run(s)" for ever)
+        self.live = callable(runs)
         self._runs = runs if callable(runs) else (lambda: list(runs))
         self.tokenizer = tokenizer
         self.on_continue = on_continue
@@ -173,9 +176,21 @@ class BranchTree(Panel):
             "Continue from here", tooltip="a fork of a run through this node, rewound to it"
         )
         self.continue_button.on_click(lambda _: self.guard(self._continue_chosen))
+        if on_continue is None:  # a tree that only shows: no button that cannot work
+            self.continue_button.layout.display = "none"
+        self.refresh_button = button("Refresh", tooltip="read the runs again")
+        self.refresh_button.on_click(lambda _: self.guard(self.refresh))
+        if not self.live:
+            self.refresh_button.layout.display = "none"
         self.status = widgets.HTML()
         self.view = widgets.HTML()
-        super().__init__([controls_row(self.continue_button, self.status), self.picker, self.view])
+        super().__init__(
+            [
+                controls_row(self.continue_button, self.refresh_button, self.status),
+                self.picker,
+                self.view,
+            ]
+        )
         self.add_class("genlab-branch-tree")
         self.refresh()
 
@@ -218,9 +233,13 @@ class BranchTree(Panel):
             self.picker.value = active
         self.view.value = TABLE_CSS + tree_html(self._table, active)
         n = len(self._table) - 1
-        self.status.value = message(
-            f"{n} tokens over {len(self._runs())} run(s); choose a node and Continue from here"
-        )
+        how = []
+        if self.on_continue is not None:
+            how.append("choose a node and Continue from here")
+        if self.live:
+            how.append("Refresh reads the runs again")
+        tail = "; " + "; ".join(how) if how else ""
+        self.status.value = message(f"{n} tokens over {len(self._runs())} run(s){tail}")
 
     def choose(self, node: int) -> None:
         """Continue from ``node``: ``on_continue(run index, steps)`` for the first run
@@ -231,7 +250,10 @@ class BranchTree(Panel):
         row = rows.iloc[0]
         run_index = int(str(row.runs).split(",")[0])
         if self.on_continue is None:
-            raise ValueError("this tree has nothing to continue (no on_continue given)")
+            raise ValueError(
+                "this tree only shows the runs and has nothing to continue: give it "
+                "on_continue= (as the StepDebugger's Branches tab does) to fork from a node"
+            )
         self.on_continue(run_index, int(row.step) + 1)
 
     def _continue_chosen(self) -> None:
@@ -240,7 +262,10 @@ class BranchTree(Panel):
         self.choose(int(self.picker.value))
 
     def static_html(self) -> str:
-        """The tree as plain HTML (hover details kept)."""
+        """The tree as plain HTML (hover details kept); a tree over a callable reads its
+        runs first, so that a saved view shows them as they are now."""
+        if self.live:
+            self.refresh()
         return (
             f'<div class="genlab-static"><b>genlab branch tree</b>{self.status.value}'
             f"{self.view.value}<details><summary>as a table</summary>"
