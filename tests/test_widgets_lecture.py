@@ -166,3 +166,28 @@ def test_a_branch_tree_over_a_callable_follows_it_and_says_how():
     fixed = BranchTree(list(dbg.runs), lm.tokenizer)  # a list: what it was given
     assert fixed.refresh_button.layout.display == "none"
     assert "Refresh" not in fixed.status.value
+
+
+def test_a_second_branch_is_shown_above_the_first_not_instead():
+    import genlab
+    from genlab.models.table import TableLM
+    from genlab.widgets.branching import BRANCHES_SHOWN
+    from genlab.widgets.playground import Playground
+
+    row = {w: 1 / 4 for w in "a b c d".split()}
+    pg = Playground(genlab.LM(TableLM({"": row}, fallback=row)), "a", max_new_tokens=6)
+    pg.branch_at.value = 2
+    shown = [b for b in pg.alt_buttons if b.layout.display is None]
+    shown[0].click()
+    pg.branch_at.value = 4
+    [b for b in pg.alt_buttons if b.layout.display is None][0].click()
+    view = pg.branch_view.value
+    assert pg.error is None and len(pg.branches) == 2
+    assert view.index("branch 2: from token 4") < view.index("branch 1: from token 2")
+    assert "branch 2" in pg.static_html() and "branch 1" in pg.static_html()
+    for _ in range(BRANCHES_SHOWN):
+        pg.branch(1, int(pg.table.token_id[1]))
+    assert pg.branch_view.value.count('class="genlab-branch"') == BRANCHES_SHOWN
+    pg.panel.set("max_new_tokens", 5)  # a new result: its branches start afresh
+    pg.wait()
+    assert pg.branch_view.value == ""

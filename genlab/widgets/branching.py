@@ -89,6 +89,10 @@ def continue_with(lm, prompt, *, chat: bool, seed, config, kept: Sequence[int], 
     return run.result()
 
 
+#: how many branches of one result a panel shows at once, newest first
+BRANCHES_SHOWN = 6
+
+
 class AlternativeButtons:
     """A "continue with:" row: one button per alternative; a click (mouse, or Tab + Enter)
     calls ``on_pick(key)``. ``before``: widgets shown between the label and the buttons
@@ -153,11 +157,19 @@ class BranchPicker:
         )
         self.buttons, self.label = self.buttons_row.buttons, self.buttons_row.label
         self.view = widgets.HTML()
+        self._shown: list[str] = []
         self.widget = widgets.VBox([self.buttons_row.row, self.view])
+
+    def add(self, view: str) -> None:
+        """Show a new branch (its HTML) above the earlier ones of this result (the last
+        :data:`BRANCHES_SHOWN`): a second branch no longer replaces the first."""
+        self._shown = [view, *self._shown][:BRANCHES_SHOWN]
+        self.view.value = "".join(self._shown)
 
     def reset(self, count: int) -> None:
         """A new result of ``count`` tokens: the branches of the last one are no longer
         shown, the slider spans the new one."""
+        self._shown = []
         self.view.value = ""
         if self.own_slider:
             self.at.max = max(0, count - 1)

@@ -187,10 +187,10 @@ class CompareView(LiveView):
             config=self.panels[label].config, kept=table.token_id[:position], token=token,
         )  # fmt: skip
         self.branches.append(branch)
-        self.picker.view.value = branch_html(
+        self.picker.add(branch_html(
             len(self.branches), position, f"{label}, token",
             result_text_html(branch, position, self.lm),
-        )  # fmt: skip
+        ))  # fmt: skip
         return branch
 
     def _branch(self, position: int, token: int) -> str:

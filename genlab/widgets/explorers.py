@@ -372,8 +372,8 @@ class WatermarkExplorer(Explorer):
         wm = branch.run.config.watermarking_config
         info, tok = self.lm.info, self.lm.tokenizer
         colours = generated_colours(branch.sequences[0], n, wm, tok, info.vocab_size)
-        self.picker.view.value = branch_html(
-            len(self.branches), position, "position", watermark_html(colours).html
+        self.picker.add(
+            branch_html(len(self.branches), position, "position", watermark_html(colours).html)
         )
         return branch
 
@@ -637,7 +637,7 @@ class BeamExplorer(Explorer):
         self.branches.append(branch)
         tok = self.lm.tokenizer
         body = plain_text_html(tok.decode(path) + branch.texts[0])
-        self.picker.view.value = branch_html(len(self.branches), step, "step", body)
+        self.picker.add(branch_html(len(self.branches), step, "step", body))
         return branch
 
     def _branch(self, step: int, candidate: int) -> str:

@@ -267,8 +267,8 @@ class LensView(LiveView):
             token=token,
         )  # fmt: skip
         self.branches.append(branch)
-        self.picker.view.value = branch_html(
-            len(self.branches), step, "step", result_text_html(branch, step, self.lm)
+        self.picker.add(
+            branch_html(len(self.branches), step, "step", result_text_html(branch, step, self.lm))
         )
         return branch
 

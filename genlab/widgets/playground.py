@@ -251,12 +251,12 @@ class Playground(LiveView):
         )  # fmt: skip
         self.branches.append(branch)
         run = branch.run
-        self.branch_view.value = branch_html(
+        self.picker.add(branch_html(
             len(self.branches), position, "token",
             result_html(token_table(branch), marks=[position], tokenizer=self.lm.tokenizer,
                         ended=run.finished_by == "eos"),
             ended_text(run),
-        )  # fmt: skip
+        ))  # fmt: skip
         return branch
 
     def _branch_view(self, position: int, token: int) -> str:

@@ -251,12 +251,12 @@ class SampleView(Panel):
             kept=tokens[:position], token=token,
         )  # fmt: skip
         self.branches.append(branch)
-        self.picker.view.value = branch_html(
+        self.picker.add(branch_html(
             len(self.branches), position, f"sample {self.sample_pick.value}, token",
             result_html(token_table(branch), marks=[position], tokenizer=self.lm.tokenizer,
                         ended=branch.run.finished_by == "eos"),
             ended_text(branch.run),
-        )  # fmt: skip
+        ))  # fmt: skip
         return branch
 
     def _branch_view(self, position: int, token: int) -> str:
