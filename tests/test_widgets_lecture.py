@@ -191,3 +191,25 @@ def test_a_second_branch_is_shown_above_the_first_not_instead():
     pg.panel.set("max_new_tokens", 5)  # a new result: its branches start afresh
     pg.wait()
     assert pg.branch_view.value == ""
+
+
+def test_the_playground_has_a_branches_tab_with_the_result_and_its_branches():
+    import genlab
+    from genlab.models.table import TableLM
+    from genlab.widgets.playground import Playground
+
+    row = {w: 1 / 4 for w in "a b c d".split()}
+    pg = Playground(genlab.LM(TableLM({"": row}, fallback=row)), "a", max_new_tokens=6)
+    assert pg.tabs.titles == ("Tokens", "Plots", "Branches")
+    pg.branch(2, int(pg.table.token_id[2]) % 4 + 1)  # another token at position 2
+    pg.branch(4, int(pg.table.token_id[4]) % 4 + 1)
+    assert "0 tokens" in pg.tree.status.value  # drawn only once its tab is open
+    pg.tabs.selected_index = pg.TREE_TAB
+    tree = pg.tree.table()
+    assert "over 3 run(s)" in pg.tree.status.value
+    # the result's 6 tokens, the first branch's 4 after position 2, the second's 2 after 4
+    assert len(tree) - 1 == 6 + 4 + 2
+    assert tree.groupby("parent").node.count().max() == 2  # forks where they part
+    pg.panel.set("max_new_tokens", 5)  # a new result: its tree has no branch yet
+    pg.wait()
+    assert "5 tokens over 1 run(s)" in pg.tree.status.value

@@ -44,6 +44,7 @@ from .render import (
     text_block,
     token_table,
 )
+from .tree import BranchTree
 from .worker import Job
 
 #: how many alternatives of a token get a click-to-branch button
@@ -115,6 +116,10 @@ class Playground(LiveView):
         self.branches, self.branch_at = self.picker.branches, self.picker.at
         self.alt_buttons, self.alt_label = self.picker.buttons, self.picker.label
         self.branch_view = self.picker.view
+        #: the Branches tab: the tree of the result and its branches (read-only: a branch
+        #: is made by clicking an alternative), drawn while the tab is open
+        self._first_branch = 0  # the first of ``branches`` made from the current result
+        self.tree = BranchTree(self._tree_runs, lm.tokenizer)
 
         self.panel.on_change(lambda panel, names: self.on_input())
         self.position.observe(lambda _: self._show_topk(), names="value")
@@ -124,6 +129,9 @@ class Playground(LiveView):
         self.add_class("genlab-panel")
         if run:
             self.update(sync=True)
+
+    #: the index of the Branches tab
+    TREE_TAB = 2
 
     def _layout(self, lm) -> list[widgets.Widget]:
         title = title_html("playground", lm)
@@ -139,10 +147,11 @@ class Playground(LiveView):
         )
         branching = self.picker.widget
         self.tabs = widgets.Tab(
-            children=[widgets.VBox([branching, self.table_view]), plots],
-            titles=["Tokens", "Plots"],
+            children=[widgets.VBox([branching, self.table_view]), plots, self.tree],
+            titles=["Tokens", "Plots", "Branches"],
         )
         self.tabs.observe(lambda _: self._show_plots(), names="selected_index")
+        self.tabs.observe(lambda _: self._show_tree(), names="selected_index")
         results = widgets.VBox(
             [self.text_view, widgets.HTML(prob_legend()), self.tabs],
             # 600 px at least beside the settings (else above them): the Tokens table fits
@@ -215,6 +224,8 @@ class Playground(LiveView):
         self.position.max = max(0, len(table) - 1)
         self.position.value = min(self.position.value, self.position.max)
         self.picker.reset(len(table))  # a branch of the last result: not of this one
+        self._first_branch = len(self.branches)
+        self._show_tree()
         if self.tabs.selected_index == 1:
             self._show_plots()
         notes = [f"{len(table)} tokens", f"mode {run.mode}", f"seed {self.seed_box.value}"]
@@ -261,7 +272,25 @@ class Playground(LiveView):
 
     def _branch_view(self, position: int, token: int) -> str:
         self.branch(position, token)
+        self._show_tree()
         return self.branch_view.value
+
+    def _tree_runs(self) -> list:
+        """The runs the Branches tab draws: the result's, then its branches'."""
+        if self.result is None:
+            return []
+        return [self.result.run, *(b.run for b in self.branches[self._first_branch :])]
+
+    def _show_tree(self) -> None:
+        """Draw the Branches tab while it is open (beam search: it has no branches)."""
+        if self.tabs.selected_index != self.TREE_TAB or self.result is None:
+            return
+        if GenerationMode(self.result.run.mode).is_beam:
+            self.tree.status.value = message(
+                "no branches for beam search: its tokens have no single distribution each"
+            )
+            return
+        self.tree.guard(self.tree.refresh)
 
     # -- plots ---------------------------------------------------------------------------
     def _plottable(self):
