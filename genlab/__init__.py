@@ -20,7 +20,9 @@ What to import:
 * ``genlab.generate``, ``genlab.Run``: transformers' ``generate()`` on ids, and its step loop;
 * ``genlab.GenerationConfig``: every setting, with the reference's defaults;
 * ``genlab.plots`` (matplotlib figures), ``genlab.widgets`` (Jupyter panels);
-* ``genlab.Trace``, ``genlab.logit_lens``, ``genlab.attention``, ``genlab.sweep``.
+* ``genlab.Trace``, ``genlab.logit_lens``, ``genlab.attention``, ``genlab.sweep``;
+* ``genlab.best_of_n``, ``genlab.self_consistency``, ``genlab.coverage_curve``: N samples
+  and a rule to keep one, and coverage against N (tasks in ``genlab.tasks``).
 
 Where to look next: ``help(genlab.load)``, ``help(genlab.Run)``; ``dir(genlab)`` lists
 every public name; the lessons in ``notebooks/`` (notebooks/README.md has the course map);

@@ -571,7 +571,9 @@ class Coverage:
     over tasks), ``low`` / ``high`` (the bootstrap interval over tasks); tasks: one row per
     task (task, prompt, correct: samples that pass, share, greedy_text, greedy_correct
     when greedy was run); samples: one row per sample (task, sample, text, answer, score,
-    correct, error); n: samples per task; seconds: wall time; level: the interval's level.
+    correct, error); n: samples per task; seconds: wall time; level: the interval's level;
+    per_task: one row per (task, N, curve) with the task's own ``value`` (``table``'s
+    values are their means).
     """
 
     table: pd.DataFrame
@@ -580,6 +582,7 @@ class Coverage:
     n: int
     seconds: float
     level: float = 0.95
+    per_task: pd.DataFrame | None = None
 
     def value(self, curve: str, n: int) -> float:
         """The mean over tasks of ``curve`` (one of :data:`CURVES`) at N = ``n``."""
@@ -772,6 +775,8 @@ def coverage_curve(
             verdict, _ = _call(check, text, "checker")
             row.update(greedy_text=text, greedy_correct=bool(verdict))
         task_rows.append(row)
+    per = [{"task": t, "N": size, "curve": curve, "value": float(values[curve][t, j])}
+           for curve in CURVES for t in range(len(parts)) for j, size in enumerate(ns)]  # fmt: skip
     out = []
     for curve in CURVES:
         low, high = _bootstrap(values[curve], bootstrap, level, rng)
@@ -785,6 +790,7 @@ def coverage_curve(
         n=n,
         seconds=time.perf_counter() - t0,
         level=level,
+        per_task=pd.DataFrame(per),
     )
 
 

@@ -2,14 +2,14 @@
 compute at decoding time.
 
 :func:`capitals` gives 59 prompts "The capital of <country> is" whose continuation the
-demo model (SmolLM2-135M) gets right greedily for about two countries in five
+demo model (SmolLM2-135M) gets right greedily for about half of the countries
 (``benchmarks/README.md`` has the measured rate): well-known capitals it knows, others it
 dodges ("the capital of the ...") or confuses with the largest city (Sydney, Istanbul,
 Lagos). So drawing more samples has room to help, and majority vote has ways to fail.
 
 A task's answer is the first word of the continuation when that word starts with a capital
-letter (a name), compared without case, accents or punctuation; a continuation that starts
-otherwise has no answer.
+letter (a name), compared without case, accents or punctuation (the accepted spellings of
+one capital count as one answer); a continuation that starts otherwise has no answer.
 
 >>> task = capitals()[0]
 >>> task.prompt, task.extract(" Paris.")
@@ -65,13 +65,15 @@ class Task:
 
     def extract(self, text: str) -> str | None:
         """The answer of a continuation: its first word when it starts with a capital
-        letter (normalized, :func:`normalize`); None otherwise.
+        letter (normalized, :func:`normalize`; an accepted spelling is given as the first,
+        so that "Kiev" and "Kyiv" vote together); None otherwise.
 
         text: the generated continuation (without the prompt)."""
         words = text.split()
         if not words or not words[0][:1].isupper():
             return None
-        return normalize(words[0]) or None
+        word = normalize(words[0])
+        return self.answers[0] if word in self.answers else word or None
 
     def check(self, text: str) -> bool:
         """Whether the continuation ``text`` gives an accepted answer."""

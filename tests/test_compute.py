@@ -161,6 +161,9 @@ def test_coverage_curve_figures_follow_from_the_samples(lm):
     assert list(cov.tasks.correct) == per.sum().tolist()
     assert cov.tasks.correct.iloc[2] == 0 and cov.value("pass@N", 8) < 1
     assert "greedy_correct" in cov.tasks
+    means = cov.per_task.groupby(["N", "curve"]).value.mean()
+    for row in t.itertuples():
+        assert means[(row.N, row.curve)] == pytest.approx(row.value)
 
 
 def test_a_second_lm_as_the_score(lm):
@@ -209,6 +212,7 @@ def test_capitals_checker():
     by = {t.name: t for t in ts}
     assert by["Australia"].check(" Canberra.\n") and not by["Australia"].check(" Sydney.")
     assert by["Ukraine"].check(" Kiev.") and by["Ukraine"].check(" Kyiv")
+    assert by["Ukraine"].extract(" Kiev.") == by["Ukraine"].extract(" Kyiv") == "kyiv"
     assert by["Colombia"].check(" Bogota, the") and by["Paraguay"].check(" Asuncion.")
     assert by["Argentina"].check(" Buenos Aires.") and not by["Argentina"].check(" La Paz.")
     assert by["Ghana"].extract(" the capital of Ghana") is None
