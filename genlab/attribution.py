@@ -39,7 +39,7 @@ from .tokens import shown
 METHODS = ("gradient_x_input", "integrated_gradients")
 
 
-@dataclass
+@dataclass(repr=False)
 class Attribution:
     """Scores of earlier tokens for each generated token.
 
@@ -59,6 +59,27 @@ class Attribution:
 
     def _repr_html_(self) -> str:
         return self.table._repr_html_()
+
+    def __repr__(self) -> str:
+        """A summary, as pandas shows a large frame's shape: the method, the steps and the
+        source positions, and each step's strongest source (``.table`` has every row)."""
+        t = self.table
+        steps = sorted(t["step"].unique()) if len(t) else []
+        lines = [
+            f"Attribution({self.method}: {len(steps)} generated tokens x "
+            f"{t['position'].nunique() if len(t) else 0} source positions, {len(t)} rows; "
+            ".table, .matrix())"
+        ]
+        for step in steps[:5]:
+            rows = t[t["step"] == step]
+            top = rows.loc[rows["score"].abs().idxmax()]
+            lines.append(
+                f"  step {step} {top['target']!r}: strongest source {top['token']!r} "
+                f"(position {top['position']}, score {top['score']:.3g})"
+            )
+        if len(steps) > 5:
+            lines.append(f"  ... {len(steps) - 5} more steps")
+        return "\n".join(lines)
 
 
 def _embeddings(model):

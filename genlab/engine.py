@@ -36,6 +36,7 @@ from . import threads
 from .branches import fork_parts
 from .caches import compiled_forward
 from .config import prepare_config
+from .config.generation import INCONSISTENT
 from .context import StepContext
 from .forward_cache import WeightsCheck
 from .grammar import check_forced, with_grammar
@@ -374,7 +375,9 @@ class Run:
                 unused = self.config.update(**fields)
                 if unused:
                     raise ValueError(f"not GenerationConfig fields: {', '.join(sorted(unused))}")
-                self._refresh_plan()
+                with warnings.catch_warnings():  # update() has warned about these once
+                    warnings.filterwarnings("ignore", INCONSISTENT, UserWarning)
+                    self._refresh_plan()
                 self._can_go_on()  # a run that cannot go on under the new limit: refused now
             except BaseException:
                 self.config = before

@@ -17,8 +17,26 @@ ablation and patching, on the hook points of :mod:`genlab.models.taps`.
 
 >>> vec = genlab.steering_vector(lm, ["I love it"], ["I hate it"], layer=10)  # doctest: +SKIP
 >>> run = lm.start("The movie was", max_new_tokens=12)                       # doctest: +SKIP
->>> with run.hooks({"blocks.10.hook_resid_post": genlab.steer(vec, 4.0)}):   # doctest: +SKIP
+>>> with run.hooks({"blocks.10.hook_resid_post": genlab.steer(vec, 1.0)}):   # doctest: +SKIP
 ...     run.run()
+
+**How strong?** ``steer`` adds ``strength * vector``, so what counts is that length
+against the residual stream's own: on the demo this vector is about 32 long, the stream
+leaving block 10 about 130 to 160. Adding a tenth of the stream's length changed nothing,
+a fifth turned the text, two fifths and more broke it. What
+``steering_sweep(lm, "The movie was", vec, layer=10, strengths=[0, 0.5, 1, 2, 4],
+max_new_tokens=12)`` gave on the demo (float32, greedy):
+
+| strength | text |
+|---|---|
+| 0 | " a film about a young woman named Aria who is a" |
+| 0.5 | " a film about a young woman named Aria who is a" |
+| 1 | " a huge success, with audiences praising the film's innovative use" |
+| 2 | " a total of 100% of the funding from" |
+| 4 | " a companion to the latest in a new design, a step" |
+
+Start near ``0.2 * stream / vector`` (``lm.activations`` gives the stream) and sweep
+around it; a vector from more contrast pairs is shorter and needs more strength.
 """
 
 from __future__ import annotations
@@ -190,7 +208,9 @@ class Steer(Intervention):
 
 def steer(vector, strength: float = 1.0, positions=None) -> Steer:
     """A hook adding ``strength * vector`` (hidden,) to a residual-stream point at sequence
-    ``positions`` (None: all): ``run.hooks({"blocks.10.hook_resid_post": steer(v, 4)})``."""
+    ``positions`` (None: all): ``run.hooks({"blocks.10.hook_resid_post": steer(v, 1)})``.
+    The scale is the vector's length against the stream's: see "How strong?" in
+    :mod:`genlab.steering` (on the demo, 1 steers a one-pair vector, 2 breaks the text)."""
     return Steer(vector, strength, positions)
 
 
@@ -290,7 +310,7 @@ def steering_sweep(
     vector: torch.Tensor,
     *,
     layer: int,
-    strengths: Sequence[float] = (0.0, 2.0, 4.0, 8.0),
+    strengths: Sequence[float] = (0.0, 0.5, 1.0, 2.0),
     max_new_tokens: int = 20,
     point: str | None = None,
     **config,

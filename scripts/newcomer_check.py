@@ -12,6 +12,7 @@ comes from the built wheel (scripts/fresh_venv_check.sh).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -82,5 +83,19 @@ def main(path: str = "README.md") -> int:
     return 0
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line: ``[README.md]``; ``--help`` prints the usage."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument(
+        "readme", nargs="?", default="README.md", help="the README to check (README.md)"
+    )
+    args = parser.parse_args(argv)
+    if not Path(args.readme).is_file():
+        parser.error(f"{args.readme}: no such file; give the path of the README to check")
+    return args
+
+
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:2]))
+    sys.exit(main(parse_args(sys.argv[1:]).readme))

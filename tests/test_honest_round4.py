@@ -11,7 +11,12 @@ that is no prompt, a misspelt "demo" and ``sequence_bias`` read back from JSON.
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -212,3 +217,136 @@ def test_sequence_bias_read_back_from_json_has_tuple_keys_and_generates(demo, tm
     assert GenerationConfig(sequence_bias={"(1, 2)": 0.5}).sequence_bias == {(1, 2): 0.5}
     res = demo.generate("Hi", generation_config=back)
     assert res.generated_ids.shape[1] == 2
+
+
+# ---- 3. a new user's first hour -----------------------------------------------------------
+
+SUMMARY = Path(__file__).resolve().parents[1] / "scripts" / "make_test_summary.sh"
+
+
+def _summary(tmp_path, steps, **env):
+    """Run scripts/make_test_summary.sh with a make that fails the step named 'unit'."""
+    fake = tmp_path / "make"
+    fake.write_text('#!/bin/sh\nshift\necho "ran $1"\n[ "$1" = unit ] && exit 2\nexit 0\n')
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(SUMMARY), *steps],
+        env={**os.environ, "MAKE": str(fake), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    table = done.stdout.split("make test: summary")[-1]
+    rows = dict(line.split()[:2] for line in table.strip().splitlines()[1:-1])
+    return done, rows
+
+
+def test_make_test_runs_every_step_and_ends_with_a_table(tmp_path):
+    done, rows = _summary(tmp_path, ["lint", "unit", "docs"])
+    assert done.returncode == 1
+    assert "ran docs" in done.stdout  # the step after the failure ran too
+    assert rows == {"lint": "pass", "unit": "FAIL", "docs": "pass"}
+    assert "2 passed, 1 failed, 0 skipped" in done.stdout
+    done, rows = _summary(tmp_path, ["lint", "docs"])
+    assert done.returncode == 0 and rows == {"lint": "pass", "docs": "pass"}
+
+
+def test_make_test_summary_lists_skipped_steps(tmp_path):
+    done, rows = _summary(tmp_path, ["lint", "unit", "docs"], STOP_ON_FAILURE="1")
+    assert done.returncode == 1 and "ran docs" not in done.stdout
+    assert rows == {"lint": "pass", "unit": "FAIL", "docs": "skipped"}
+    assert "1 passed, 1 failed, 1 skipped" in done.stdout
+
+
+def test_the_steering_strength_table_in_the_docs_is_what_the_demo_does(demo):
+    import genlab.steering as steering
+
+    rows = re.findall(r'^\| ([\d.]+) \| "(.*)" \|$', steering.__doc__, flags=re.M)
+    table = dict((float(k), v) for k, v in rows)
+    assert sorted(table) == [0.0, 0.5, 1.0, 2.0, 4.0]
+    vec = steering_vector(demo, ["I love it"], ["I hate it"], layer=10)
+    sweep = genlab.steering_sweep(
+        demo, "The movie was", vec, layer=10, strengths=[0.5, 1.0, 2.0], max_new_tokens=12
+    )
+    texts = dict(zip(sweep.strength, sweep.text, strict=True))
+    for strength in (0.5, 1.0):  # unchanged, then steered; the broken rows may differ by CPU
+        assert texts[strength] == table[strength]
+    assert texts[2.0] not in (table[0.0], table[1.0])
+    assert steering.steering_sweep.__kwdefaults__["strengths"] == (0.0, 0.5, 1.0, 2.0)
+
+
+def test_help_of_generation_config_lists_every_field_with_range_and_default():
+    import pydoc
+
+    from genlab.config.fields import FIELDS
+    from genlab.config.sampler_fields import SAMPLER_FIELDS
+
+    text = pydoc.render_doc(GenerationConfig, renderer=pydoc.plaintext)
+    for name in [*FIELDS, *SAMPLER_FIELDS]:
+        assert f"| `{name}` |" in text, name
+    assert "| `top_p` | logits | 1.0 | a number in [0, 1], or None |" in text
+    assert "| `xtc_probability` | samplers | 0.0 | a number in [0, 1] |" in text
+
+
+def test_run_set_warns_about_inconsistent_settings_once(demo):
+    run = demo.start("Hi", do_sample=True, temperature=0.7, max_new_tokens=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run.set(do_sample=False)
+    shown = [w for w in caught if "inconsistent" in str(w.message)]
+    assert len(shown) == 1, [str(w.message) for w in caught]
+    assert "`temperature`: 0.7 is only used when sampling" in str(shown[0].message)
+
+
+def test_attribution_repr_is_a_summary_not_the_table(demo):
+    run = demo.start("The capital of France is", max_new_tokens=3)
+    run.run()
+    attr = genlab.attribute(run)
+    text = repr(attr)
+    assert text.startswith("Attribution(gradient_x_input: 3 generated tokens x ")
+    assert f"{len(attr.table)} rows; .table, .matrix())" in text
+    assert len(text.splitlines()) == 4 and "strongest source" in text  # one line per step
+    assert "gradient_x_input\n" not in text  # no table rows
+
+
+def test_newcomer_check_answers_help_and_names_a_missing_readme():
+    script = Path(__file__).resolve().parents[1] / "scripts" / "newcomer_check.py"
+    run = [sys.executable, str(script)]
+    done = subprocess.run([*run, "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "usage: newcomer_check.py [-h] [readme]" in done.stdout
+    done = subprocess.run([*run, "no/README.md"], capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "no/README.md: no such file" in done.stderr
+
+
+def test_the_readme_warns_about_scripts_beside_the_clone_as_python_behaves(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    set_up = readme.split("## Set up")[1].split("\n## ")[0]
+    assert "the folder that holds the clone" in set_up
+    quoted = re.search(r"`(module 'genlab' has no attribute 'load')`", set_up).group(1)
+    (tmp_path / "genlab").symlink_to(root)  # the clone, as a folder named genlab
+    (tmp_path / "mine.py").write_text("import genlab\ngenlab.load\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "mine.py"], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
+    # make installs genlab editable (a finder after Python's own): the clone's folder wins
+    # there; a wheel in site-packages (make wheel-check) is a regular package and wins
+    editable = any("__editable__" in repr(finder) for finder in sys.meta_path)
+    if editable:
+        assert quoted in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+
+
+def test_beam_score_and_logprob_columns_are_explained_and_as_explained(demo):
+    from genlab.result import GenerationResult
+
+    doc = " ".join(GenerationResult.transition_scores.__doc__.split())
+    assert "With beams the two columns hold almost the same number" in doc
+    res = demo.generate("The capital of France is", num_beams=4, max_new_tokens=3)
+    table = res.transition_scores()
+    first = res.output.scores[0][0]  # step 0: every beam is the prompt's
+    exact = float(first.double().log_softmax(-1)[table.token_id[0]])
+    assert table.score[0] == pytest.approx(float(first[table.token_id[0]]), abs=0)
+    assert abs(table.score[0] - exact) < abs(table.logprob[0] - exact) < 1e-3

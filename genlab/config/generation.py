@@ -63,6 +63,8 @@ GENERATE_ONLY_ARGUMENTS = (
     "negative_prompt_attention_mask",
     "use_model_defaults",
 )
+#: how validate()'s warning about inconsistent settings begins (a filter can match it)
+INCONSISTENT = "These generation settings are inconsistent"
 # Flags that only matter when return_dict_in_generate=True.
 EXTRA_OUTPUT_FLAGS = ("output_attentions", "output_hidden_states", "output_scores", "output_logits")
 
@@ -368,8 +370,7 @@ class GenerationConfig:
             if strict:
                 raise ValueError("GenerationConfig is invalid:\n" + details)
             warnings.warn(
-                f"These generation settings are inconsistent and may be ignored: {list(minor)}.\n"
-                + details,
+                f"{INCONSISTENT} and may be ignored: {list(minor)}.\n" + details,
                 UserWarning,
                 stacklevel=3,  # the caller of __init__/update/validate
             )
@@ -710,6 +711,33 @@ class GenerationConfig:
         config._original_object_hash = hash(config)
         return config
 
+
+def field_table() -> str:
+    """Every field of :class:`GenerationConfig` as a table (markdown, readable as text):
+    name, group, default, allowed values and what it does; the reference's fields first,
+    then genlab's samplers (attributes only once set). It ends the class's docstring, so
+    ``help(GenerationConfig)`` and the API reference list them.
+
+    >>> print(field_table().splitlines()[4][:53])
+    | `max_length` | length | 20 | an int >= 1, or None |
+    >>> "| `mirostat_mode` | samplers | 0 | one of [0, 1, 2] |" in field_table()
+    True
+    """
+    lines = [
+        "Fields (the reference's, then genlab's samplers beyond it, off by default):",
+        "",
+        "| field | group | default | allowed | what it does |",
+        "|---|---|---|---|---|",
+    ]
+    specs = [*FIELDS.values(), *SAMPLER_FIELDS.values()]
+    for spec in specs:
+        group = "samplers" if spec.name in SAMPLER_FIELDS else spec.group
+        cells = (f"`{spec.name}`", group, repr(spec.default), spec.describe(), spec.help)
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+GenerationConfig.__doc__ = f"{GenerationConfig.__doc__}\n{field_table()}\n"
 
 _DEFAULT_DICT: dict[str, Any] | None = None
 
