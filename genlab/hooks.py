@@ -7,7 +7,10 @@ visits them:
 =========================  =====================================================
 ``logits``                 raw next-token logits, (rows, vocab) float32
 ``processor.<label>``      scores right after the logits processor of that stage label
-                           (``processor.top_k``; a processor without one: its class name)
+                           (``processor.top_k``; a processor without one: its class name;
+                           ``mirostat_mode=2`` is ``processor.mirostat_v2``, though
+                           ``sampler_order`` names it ``"mirostat"``). A label no
+                           processor of the run has is warned about (:func:`warn_unheard`)
 ``scores``                 final processed scores, what the strategy chooses from
 ``beam.candidates``        beam search: the candidates it scored (a table payload;
                            observe only: a return value is ignored)
