@@ -249,6 +249,11 @@ def test_sample_view_groups_marks_branches_and_saves(demo, tmp_path):
     assert branch.generated_ids[0, 0].item() == alts[0][0] and view.branches == [branch]
     page = view.save_html(tmp_path / "samples.html").read_text()
     assert "branch 1: from sample 0, token 0" in page and "<script" not in page
+    # the buttons do the same: the first shown one continues with the best alternative
+    shown = [b for b in view.picker.buttons if b.layout.display is None]
+    shown[0].click()
+    assert view.error is None and len(view.branches) == 2
+    assert view.branches[1].generated_ids[0, 0].item() == alts[0][0]
     # more samples than the rows the machine holds at once: refused with the bound
     view.n_box.value = str(view.max_samples(4) + 1)
     assert not view.guard(view.draw)

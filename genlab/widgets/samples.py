@@ -10,8 +10,8 @@ buttons continue from there with another token, in a run of its own.
 The number of samples is bounded by the rows the model and machine hold at once
 (:mod:`genlab.config.limits`), as the panels bound ``num_return_sequences``.
 
-(Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_compute.py
-and make browser run the panels).)
+(Not run as a test: it shows a widget panel, drawn by a Jupyter front end; tests/test_compute.py
+drives it.)
 
 >>> SampleView(genlab.load("demo"), "The capital of Ghana is", n=16, max_new_tokens=4,
 ...            extract=lambda t: t.split()[0] if t.split() else None)  # doctest: +SKIP
