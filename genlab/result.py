@@ -8,11 +8,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 import torch
 
+from .lazy import LazyModule
 from .tokens import shown
 from .trace import TRANSITION_COLUMNS
+
+pd = LazyModule("pandas")  # imported when a table is first made
 
 
 @dataclass

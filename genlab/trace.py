@@ -30,9 +30,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 import torch
 
+from .lazy import LazyModule
 from .stepdata import (
     FATES,
     SOURCES,
@@ -44,6 +44,8 @@ from .stepdata import (
     StepData,
 )
 from .tokens import shown
+
+pd = LazyModule("pandas")  # imported when a table is first made
 
 #: the columns of a transition-score table (:meth:`Trace.transition_scores`,
 #: ``GenerationResult.transition_scores``): ``score`` is ``compute_transition_scores``'s value

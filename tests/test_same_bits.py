@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,7 @@ def child(path: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # loads the demo, in a child process
 def test_two_processes_one_beside_busy_neighbours_give_equal_bits(tmp_path):
     quiet = child(tmp_path / "quiet.pt")
     competitors = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(3)]

@@ -27,8 +27,10 @@ Example::
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.metadata
 import logging
+import mmap
 import os
 import sys
 import time
@@ -140,6 +142,28 @@ def plain_view_reader_class():
             self._plain_data = mapped.view(np.ndarray)
 
     return PlainViewReader
+
+
+def file_map(reader):
+    """The ``mmap.mmap`` under ``reader``'s bytes (None where it has none)."""
+    return getattr(getattr(reader, "_mapped_data", None), "_mmap", None)
+
+
+def release_pages(mapped, tensor) -> None:
+    """Drop the file pages of ``tensor``'s bytes from this process (``madvise`` with
+    ``MADV_DONTNEED`` on ``mapped``, the reader's :func:`file_map`; nothing where that is
+    missing). Pages of a memory-mapped file count in the process's resident memory once
+    read, until the map closes: without this, a demo load held its whole 106 MB file beside
+    the weights it was building. The bytes can still be read; they come from the file
+    again."""
+    if mapped is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = int(tensor.data_offset) // mmap.PAGESIZE * mmap.PAGESIZE
+    end = int(tensor.data_offset) + int(tensor.n_bytes)
+    try:
+        mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
+    except (OSError, ValueError):  # a closed map or a range it does not hold: nothing to do
+        pass
 
 
 # ------------------------------------------------------------------------ locate
@@ -268,6 +292,7 @@ def gguf_state_dict(
     from genlab.models.checkpoints import check_finite
 
     state_dict = {}
+    mapped = file_map(reader)
     for tensor in reader.tensors:
         name = transformers_name(tensor.name)
         if name is None:
@@ -286,6 +311,7 @@ def gguf_state_dict(
         elif name.endswith("k_proj.weight"):
             values = unpermute_qk(values, config["num_key_value_heads"])
         state_dict[name] = torch.from_numpy(values)
+        release_pages(mapped, tensor)  # the float copy is made: the file's bytes can go
         check_finite({tensor.name: state_dict[name]}, path or "<GGUF file>")
     return state_dict
 
@@ -418,11 +444,13 @@ def gguf_blocks(reader, config: dict) -> dict:
     from functools import partial
 
     out = {}
+    mapped = file_map(reader)  # the partials hold the map and tensors, not the reader's
+    # metadata (its ~100,000 token strings), which can go before the weights are built
     for tensor in reader.tensors:
         name = transformers_name(tensor.name)
         kind = tensor.tensor_type.name
         if name == "model.embed_tokens.weight" and kind == "Q8_0":
-            out[name] = partial(_int8_rows_of, tensor)
+            out[name] = partial(_int8_rows_of, mapped, tensor)
         if name is None or kind != "Q4_1" or not name.startswith("model.layers."):
             continue
         heads = None
@@ -430,32 +458,41 @@ def gguf_blocks(reader, config: dict) -> dict:
             heads = config["num_attention_heads"]
         elif name.endswith("k_proj.weight"):
             heads = config["num_key_value_heads"]
-        out[name] = partial(_q4_1_arrays, tensor, heads)
+        out[name] = partial(_q4_1_arrays, mapped, tensor, heads)
     return out
 
 
-def _q4_1_arrays(tensor, heads: int | None) -> tuple:
+def _q4_1_arrays(mapped, tensor, heads: int | None) -> tuple:
     from genlab.models.quant import gguf_q4_1_blocks
 
     arrays = gguf_q4_1_blocks(tensor.data, int(tensor.data.shape[0]))
+    release_pages(mapped, tensor)
     if heads is not None:
         arrays = tuple(torch.from_numpy(unpermute_qk(a.numpy(), heads)) for a in arrays)
     return arrays
 
 
-def _int8_rows_of(tensor, rows_at_once: int = 4096):
-    """A quantized tensor as int8 rows (per-row scales), dequantized a chunk at a time."""
+def _int8_rows_of(mapped, tensor, rows_at_once: int = 1024):
+    """A quantized tensor as int8 rows (per-row scales), dequantized a chunk at a time into
+    codes and scales made once (no second copy of the codes at the end)."""
     from gguf.quants import dequantize
 
     from genlab.models.quant import Int8Weight, release_freed_memory
 
-    data, parts = tensor.data, []
+    data = tensor.data
+    codes = scales = None
     for i in range(0, data.shape[0], rows_at_once):
         rows = torch.from_numpy(dequantize(data[i : i + rows_at_once], tensor.tensor_type))
-        parts.append(Int8Weight.quantize(rows))
-        del rows
+        part = Int8Weight.quantize(rows)
+        if codes is None:
+            codes = torch.empty(data.shape[0], rows.shape[1], dtype=torch.int8)
+            scales = torch.empty(data.shape[0])
+        codes[i : i + len(rows)] = part.codes
+        scales[i : i + len(rows)] = part.scale
+        del rows, part
         release_freed_memory()
-    return Int8Weight(torch.cat([p.codes for p in parts]), torch.cat([p.scale for p in parts]))
+    release_pages(mapped, tensor)
+    return Int8Weight(codes, scales)
 
 
 def load_gguf(
@@ -472,6 +509,10 @@ def load_gguf(
     from genlab.models.architectures import build_decoder
 
     checkpoint = read_gguf(path, add_bos_token=add_bos_token, blocks=quantization == "int4")
+    from genlab.models.quant import release_freed_memory
+
+    gc.collect()  # the reader's metadata (its ~100,000 token strings and arrays), in cycles
+    release_freed_memory()  # given back before the weights are built beside the float copies
     start = time.perf_counter()
     model = build_decoder(
         checkpoint.config,
@@ -484,8 +525,6 @@ def load_gguf(
         blocks=checkpoint.blocks,
     )
     checkpoint.timings["build"] = time.perf_counter() - start
-    from genlab.models.quant import release_freed_memory
-
     checkpoint.blocks.clear()  # (the state dict was consumed by build_decoder)
     release_freed_memory()  # the float copies freed while building, given back
     logger.info(

@@ -56,6 +56,7 @@ from genlab.models.masks import (
     static_keep_mask,
 )
 from genlab.models.matmul import decoder_form, describe_numerics, head_logits, matmul, pack_weight
+from genlab.models.quant import release_freed_memory
 from genlab.models.taps import FINAL, Taps, add_product
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
@@ -588,13 +589,10 @@ class LlamaDecoder(BuiltinDecoder):
                     mlp_norm=mlp_norm if low else None,
                 )
             )
-            if quantization is not None:  # the layer's transient copies, freed for real
-                from .quant import release_freed_memory
-
-                release_freed_memory()
+            release_freed_memory()  # the layer's transient copies, freed for real
         embed = get("model.embed_tokens.weight").contiguous()
         if quantization is not None:  # int8 rows, one scale per token (genlab.models.quant)
-            from .quant import Int8Weight, release_freed_memory
+            from .quant import Int8Weight
 
             ready = (blocks or {}).pop("model.embed_tokens.weight", None)  # from the file
             embed = ready() if ready is not None else Int8Weight.quantize(embed)
@@ -603,6 +601,7 @@ class LlamaDecoder(BuiltinDecoder):
             release_freed_memory()
         else:
             head = pack(embed if settings.tie_word_embeddings else get("lm_head.weight"))
+            release_freed_memory()
         norm = get("model.norm.weight").contiguous()
         model = cls(settings, info, embed, layers, norm, head)
         model.form_choice = choice  # None when the caller chose the form

@@ -1,0 +1,32 @@
+"""A fresh process that loads the demo and generates stays within what Binder can hold
+(issue 44): 1 GiB in float32, 0.5 GiB with quantization="int4". Resident memory is a
+function of the code and the machine's libraries, not of timing: the peak is the kernel's
+own high-water mark (ru_maxrss)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CHILD = r"""
+import json, resource, sys, genlab
+lm = genlab.load("demo", quantization=sys.argv[1] or None)
+text = lm.generate("Once upon a time", max_new_tokens=20).text
+print(json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "pandas": "pandas" in sys.modules}))
+"""  # fmt: skip
+
+
+@pytest.mark.slow  # loads the demo, in a child process
+@pytest.mark.parametrize(("quantization", "limit_mib"), [("", 1024), ("int4", 512)])
+def test_a_fresh_load_and_generate_fits(quantization, limit_mib):
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, quantization],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["peak_mib"] <= limit_mib, got
+    assert not got["pandas"]  # tables import pandas when first made, not a plain generate
