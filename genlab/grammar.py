@@ -20,7 +20,7 @@ marked. llguidance's own reader of ``tokenizer.json`` keeps the demo's ``Ġ`` as
 decoder is a sequence with a byte fallback), so genlab hands it the bytes itself.
 
 >>> g = compile_grammar(lm.tokenizer, regex=r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # lm: the demo
->>> g.kind, g.allowed_count(lm.tokenizer.encode("2024-", add_special_tokens=False))
+>>> g.kind, len(g.allowed(lm.tokenizer.encode("2024-", add_special_tokens=False)))
 ('regex', 10)
 
 The engine's ``\\d`` is Unicode's: it also allows digits of other scripts (25 tokens of
@@ -168,10 +168,6 @@ class Grammar:
             raise ValueError(f"the {self.kind} refuses these tokens: {_first_line(m)}")
         bits = np.frombuffer(m.compute_bitmask(), dtype=np.uint8)
         return np.flatnonzero(np.unpackbits(bits, bitorder="little")[: self.vocab_size]).tolist()
-
-    def allowed_count(self, token_ids=()) -> int:
-        """How many tokens the constraint allows after ``token_ids``."""
-        return len(self.allowed(token_ids))
 
     def __repr__(self) -> str:
         text = self.source if len(self.source) <= 60 else self.source[:57] + "..."

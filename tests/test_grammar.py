@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import genlab
+import genlab.plots
 from genlab.grammar import compile_grammar
 from genlab.processors.grammar import GrammarLogitsProcessor
 
@@ -377,3 +378,45 @@ def test_a_schema_may_be_a_json_string_and_a_grammar_is_lark(demo):
     assert res.text in ("yes", "no") and res.run.finished_by == "eos"
     g = compile_grammar(demo.tokenizer, regex="yes|no")
     assert g.allowed(demo.tokenizer.encode("yes", add_special_tokens=False)) == [2]
+
+
+# ------------------------------------------------------------------ tables and figures
+
+
+def test_grammar_table_equals_the_mass_and_top_token_computed_from_the_raw_logits(demo):
+    res = demo.generate(
+        "Give a person as JSON.",
+        chat=True,
+        json_schema=PERSON,
+        max_new_tokens=40,
+        trace=True,
+        output_logits=True,
+    )
+    table = genlab.plots.grammar_table(res.trace)
+    grammar = compile_grammar(demo.tokenizer, json_schema=PERSON)
+    generated = res.generated_ids[0].tolist()
+    assert len(table) == len(generated)
+    for step in range(len(generated)):
+        probs = torch.softmax(res.output.logits[step][0], -1)
+        allowed = torch.zeros_like(probs, dtype=torch.bool)
+        allowed[grammar.allowed(generated[:step])] = True
+        row = table.iloc[step]
+        assert row.allowed == int(allowed.sum())
+        assert abs(row.allowed_mass - float(probs[allowed].sum())) < 1e-4  # float32 sums
+        removed = probs.masked_fill(allowed, 0)
+        top = int(removed.argmax())
+        if row.top_removed_prob > 0:  # the trace saw it (its top 10)
+            assert row.top_removed == res.trace.token_text(top)
+            assert abs(row.top_removed_prob - float(removed[top])) < 1e-4
+    assert table.grammar_forced.sum() >= 3  # "name", "age" and the closing EOS at least
+
+
+def test_allowed_mass_draws_a_bar_per_token_and_hatches_the_forced_ones(demo):
+    res = demo.generate("Yes or no?", chat=True, regex="yes|no", trace=True)
+    table = genlab.plots.grammar_table(res.trace)
+    fig = genlab.plots.allowed_mass(res.trace)
+    bars = fig.axes[0].patches
+    assert len(bars) == len(table) == 2
+    assert [bool(b.get_hatch()) for b in bars] == sorted(table.grammar_forced.tolist())
+    with pytest.raises(ValueError, match="no 'grammar' stage: generate with json_schema="):
+        genlab.plots.grammar_table(demo.generate("Hi", max_new_tokens=2, trace=True).trace)

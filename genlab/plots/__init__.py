@@ -13,7 +13,9 @@ here imports widgets. Grouped by subject:
 * :mod:`genlab.plots.samplers`: what DRY, XTC and mirostat did in a run (repeats
   matched, fires, μ against the surprise);
 * :mod:`genlab.plots.steering`: input attribution, activation patching, steering sweeps;
-* :mod:`genlab.plots.compute`: coverage, majority vote and best-of-N against N samples.
+* :mod:`genlab.plots.compute`: coverage, majority vote and best-of-N against N samples;
+* :mod:`genlab.plots.grammar`: what a grammar (``json_schema=``...) allowed and removed
+  along an answer, and the probability the model put on what it allowed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ _LAZY = {
     "mirostat_table": "samplers",
     "mirostat_plot": "samplers",
     "coverage_plot": "compute",
+    "grammar_table": "grammar",
+    "allowed_mass": "grammar",
 }
 
 

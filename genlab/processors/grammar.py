@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from .base import LogitsProcessor
@@ -139,15 +140,18 @@ class GrammarLogitsProcessor(LogitsProcessor):
                 ended.append(r)
                 continue
             llg_torch.fill_next_token_bitmask(matcher, bitmask, r)
-        shifts = torch.arange(32, dtype=torch.int32)
-        bits = ((bitmask.unsqueeze(-1) >> shifts) & 1).bool().reshape(len(matchers), -1)
-        allowed = torch.zeros(len(matchers), vocab, dtype=torch.bool)
-        width = min(vocab, size)
-        allowed[:, :width] = bits[:, :width]
-        if ended:
-            allowed[ended] = True
-        counts = allowed.sum(-1).tolist()
+        # bit i of 32-bit word w is token 32 w + i (the words little-endian, as the engine's)
+        bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, bitorder="little")
+        if vocab <= bits.shape[1]:
+            allowed = bits[:, :vocab]
+        else:  # logits past the engine's vocabulary: never allowed
+            allowed = np.zeros((len(matchers), vocab), dtype=np.uint8)
+            allowed[:, : bits.shape[1]] = bits
+        allowed[:, size:] = 0
+        allowed[ended] = 1
+        counts = allowed.sum(1, dtype=np.int64).tolist()
         self.allowed_counts = [-1 if r in ended else int(c) for r, c in enumerate(counts)]
+        allowed = torch.from_numpy(allowed.view(np.bool_))
         return allowed
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -178,8 +182,6 @@ class GrammarLogitsProcessor(LogitsProcessor):
                 )
 
     def _expected(self, matcher) -> str:
-        import numpy as np
-
         bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
         ids = np.flatnonzero(np.unpackbits(bits, bitorder="little")[: self.grammar.vocab_size])
         tok = self.grammar.tokenizer
