@@ -76,12 +76,13 @@ app: $(VENV)/.genlab-app-installed
 	JUPYTER_PATH=$(CURDIR)/share/jupyter $(VENV)/bin/voila --template=genlab $(APP_ARGS) \
 	  notebooks/00_app.ipynb
 
-## test: (the contributor's command) lint, unit, doctest, notebooks, browser, docs, wheel-check
-#  (each step's time is printed: "<target>: N s")
+## test: (the contributor's command) lint, unit, doctest, notebooks (plain and shaken),
+#  browser, docs, wheel-check: every step runs whatever the others did, and a table of
+#  pass / FAIL / skipped with each step's seconds ends it (scripts/make_test_summary.sh;
+#  STOP_ON_FAILURE=1 stops at the first failure)
+TEST_STEPS := lint unit doctest notebooks notebooks-shaken browser docs wheel-check
 test: $(VENV)/.genlab-test-installed
-	@for t in lint unit doctest notebooks browser docs wheel-check; do \
-	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || exit 1; \
-	  echo "make test: $$t took $$(( $$(date +%s) - s )) s"; done
+	@MAKE="$(MAKE)" bash scripts/make_test_summary.sh $(TEST_STEPS)
 
 ## lint: ruff check and ruff format --check
 lint: $(VENV)/.genlab-test-installed

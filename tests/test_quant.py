@@ -168,3 +168,8 @@ def test_a_sweeps_workers_load_the_same_quantization(demo_int4):
     spec = _spec_of(demo_int4)
     assert spec.quantization == "int4"
     assert isinstance(worker_model(spec).model.layers[0].qkv, Int4Weight)
+
+
+def test_int4_refuses_an_output_row_count_its_packing_cannot_take():
+    with pytest.raises(ValueError, match="int4 needs out_features divisible by 16.*int8"):
+        Int4Weight.quantize(torch.randn(40, 64))

@@ -115,6 +115,12 @@ class Int4Weight(QuantizedWeight):
                 f"int4 needs in_features divisible by {GROUP}; got {inp}: use "
                 "quantization='int8' for this model"
             )
+        if out % 16:  # torch's int4 packing works on blocks of 16 output rows
+            raise ValueError(
+                f"int4 needs out_features divisible by 16 (torch's int4 packing); got {out} "
+                "rows (a fused q|k|v matrix counts q, k and v together): use "
+                "quantization='int8' for this model"
+            )
         super().__init__(out, inp)
         self.scale = scale.float().contiguous()
         self.minimum = minimum.float().contiguous()
