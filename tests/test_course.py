@@ -49,6 +49,7 @@ COURSE = [
     "18_inside_the_model",
     "19_dola",
     "20_steering_and_attribution",
+    "23_spending_compute",
     "21_appendix_widget_tour",
 ]
 LESSONS = [ROOT / "notebooks" / f"{name}.ipynb" for name in COURSE]
