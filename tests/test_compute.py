@@ -259,3 +259,14 @@ def test_sample_view_groups_marks_branches_and_saves(demo, tmp_path):
     assert not view.guard(view.draw)
     assert f"type a whole number from 1 to {view.max_samples(4)}" in view.error
     assert view.result is res
+
+
+def test_lm_reward_is_the_mean_log_prob_after_the_template(demo):
+    judge = compute.lm_reward(demo, "A correct answer: the capital of Australia is")
+    want = demo.score(" Canberra.", context="A correct answer: the capital of Australia is")
+    assert judge(" Canberra.") == pytest.approx(want.mean_logprob)
+    # the template is the context: another one rates the same text otherwise (the demo
+    # still prefers Sydney after "A correct answer": a reward stand-in shares its mode)
+    other = compute.lm_reward(demo, "Q: Which city is the capital of Australia? A:")
+    assert other(" Canberra.") != pytest.approx(judge(" Canberra."))
+    assert judge("") == float("-inf")
