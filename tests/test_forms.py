@@ -28,6 +28,11 @@ def test_two_forms_give_linear_for_any_number_of_rows(rows):
 
 def test_the_form_is_a_function_of_the_machine_and_the_setting(monkeypatch):
     monkeypatch.delenv("GENLAB_WEIGHT_FORM", raising=False)
+    monkeypatch.setattr(mm, "cpu_vendor", lambda: "GenuineIntel")
+    intel = mm.choose_form(torch.float32)
+    assert (intel.form, intel.parts) == ("split", 1) and "Intel" in intel.reason
+    assert mm.choose_form(torch.bfloat16).form == "packed"
+    monkeypatch.setattr(mm, "cpu_vendor", lambda: "AuthenticAMD")
     first = mm.choose_form(torch.float32)
     assert first.form == "packed" and first.parts is None  # oneDNN packs float32 on a CPU
     assert "oneDNN packs torch.float32 here" in first.reason and "one copy" in first.reason

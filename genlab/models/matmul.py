@@ -179,10 +179,13 @@ def choose_form(
 
     * ``GENLAB_WEIGHT_FORM=packed|split|both`` sets it (both: a second copy of the weights,
       split for one row and packed for several);
-    * where torch's oneDNN linear packs ``dtype`` on ``device`` (float32 or bfloat16 on a
-      CPU): packed, one copy. It runs 16 rows 3-4x faster than the split form and one row
-      within a few per cent of it on the CPUs measured (benchmarks/README.md, "The weight
+    * float32 on an Intel CPU: split in one block. On the Xeon measured it decoded one row
+      5 % faster than packed and 16 rows 14 % slower (benchmarks/README.md, "One weight
       form");
+    * elsewhere, where torch's oneDNN linear packs ``dtype`` on ``device`` (float32 or
+      bfloat16 on a CPU): packed, one copy. On the AMD EPYCs measured it runs 16 rows 2-4x
+      faster than the split form, and one row from a near tie (quiet) to 0.6x (beside
+      other work);
     * anything else (CUDA, float16, a torch without oneDNN): split row blocks.
     """
     forced = os.environ.get("GENLAB_WEIGHT_FORM", "").strip().lower()
@@ -204,6 +207,14 @@ def choose_form(
         where = f"{dtype} on {torch.device(device).type}"
         return FormChoice(
             "split", f"no oneDNN linear for {where}: split row blocks", split_parts(device)
+        )
+    if dtype == torch.float32 and cpu_vendor() == "GenuineIntel":
+        return FormChoice(
+            "split",
+            f"float32 on an Intel CPU ({machine_summary()}): split in one block, one copy "
+            "(faster than packed for one row there); GENLAB_WEIGHT_FORM=packed|both "
+            "chooses another",
+            split_parts(device),
         )
     return FormChoice(
         "packed",
