@@ -922,7 +922,8 @@ def generate(
     unconditional prompt); use_model_defaults (fill unset fields from the model's
     generation config); custom_generate (your own decoding loop, called instead of
     genlab's); keyword arguments are config fields or ``input_ids``,
-    ``attention_mask``, ``tokenizer``.
+    ``attention_mask``, ``tokenizer``, and ``json_schema``, ``regex`` or ``grammar``
+    (constrain the answer: :mod:`genlab.grammar`, which needs the tokenizer).
 
     Returns a LongTensor (rows, length), or with ``return_dict_in_generate=True`` an output
     object with the reference's field names (sequences, scores, logits, ...).

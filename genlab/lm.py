@@ -184,7 +184,9 @@ class LM:
             seed: seeds the run's own random generator (sampling is then reproducible);
             keep_history: keep what :meth:`~genlab.engine.Run.rewind` needs (on by default;
                 False for a run that only steps forward, e.g. a long one);
-            config: any GenerationConfig field (``max_new_tokens=20``, ``do_sample=True`` ...).
+            config: any GenerationConfig field (``max_new_tokens=20``, ``do_sample=True`` ...),
+                or ``json_schema=``, ``regex=``, ``grammar=`` to constrain the answer
+                (:mod:`genlab.grammar`; ``pip install 'genlab[grammar]'``).
 
         >>> run = lm.start("Once upon a time", do_sample=True, seed=0, max_new_tokens=6)
         >>> run.step()
@@ -226,7 +228,9 @@ class LM:
             progress: show a progress bar (tokens so far, tokens/s) while it runs;
             keep_history: keep what rewinding needs, so that ``result.run`` can be rewound
                 and forked afterwards (off by default: a generation only runs forward);
-            config: any GenerationConfig field (``max_new_tokens=20``, ``num_beams=4`` ...).
+            config: any GenerationConfig field (``max_new_tokens=20``, ``num_beams=4`` ...),
+                or ``json_schema=``, ``regex=``, ``grammar=`` to constrain the answer
+                (:mod:`genlab.grammar`; ``pip install 'genlab[grammar]'``).
 
         >>> res = lm.generate("What is the capital of France?", chat=True, max_new_tokens=12)
         >>> res.text
