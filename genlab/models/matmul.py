@@ -20,8 +20,8 @@ weight).
 
 The two forms sum their products in different orders, so they give logits that differ in
 the last bits (up to 6e-5 on the demo). Which form a decoder stores is therefore decided
-from what the machine is (:func:`choose_form`: can torch's oneDNN pack this dtype here?)
-or given by the user (``GENLAB_WEIGHT_FORM``), never timed: two processes on one machine
+from what the machine is and the dtype (:func:`choose_form`) or given by the user
+(``GENLAB_WEIGHT_FORM``), never timed: two processes on one machine
 load the same form, whatever else the machine is doing, and give the same bits. The choice
 and its reason are in ``lm.model.form_choice``. ``GENLAB_WEIGHT_FORM=both`` keeps a second
 copy (:class:`TwoForms`): the split view for one row, the packed copy for several.
@@ -179,13 +179,13 @@ def choose_form(
 
     * ``GENLAB_WEIGHT_FORM=packed|split|both`` sets it (both: a second copy of the weights,
       split for one row and packed for several);
-    * float32 on an Intel CPU: split in one block. On the Xeon measured it decoded one row
-      5 % faster than packed and 16 rows 14 % slower (benchmarks/README.md, "One weight
-      form");
-    * elsewhere, where torch's oneDNN linear packs ``dtype`` on ``device`` (float32 or
-      bfloat16 on a CPU): packed, one copy. On the AMD EPYCs measured it runs 16 rows 2-4x
-      faster than the split form, and one row from a near tie (quiet) to 0.6x (beside
-      other work);
+    * float32: split row blocks (:func:`split_parts`), one copy, which the tied head shares
+      with the embedding. Decoding one row is what the lessons and panels do, and there the
+      split form was 1.47x faster than packed on a quiet AMD EPYC (0.78 against 1.15 s a
+      decode) and 5 % faster on an Intel Xeon; packed runs 16 rows 1.1-2.2x faster
+      (benchmarks/README.md, "One weight form");
+    * bfloat16 where torch's oneDNN linear packs it (a CPU): packed, one copy (one row 2x
+      faster than split on the CPUs measured);
     * anything else (CUDA, float16, a torch without oneDNN): split row blocks.
     """
     forced = os.environ.get("GENLAB_WEIGHT_FORM", "").strip().lower()
@@ -208,13 +208,13 @@ def choose_form(
         return FormChoice(
             "split", f"no oneDNN linear for {where}: split row blocks", split_parts(device)
         )
-    if dtype == torch.float32 and cpu_vendor() == "GenuineIntel":
+    if dtype == torch.float32:
+        parts = split_parts(device)
         return FormChoice(
             "split",
-            f"float32 on an Intel CPU ({machine_summary()}): split in one block, one copy "
-            "(faster than packed for one row there); GENLAB_WEIGHT_FORM=packed|both "
-            "chooses another",
-            split_parts(device),
+            f"float32 ({machine_summary()}): split in {parts} block{'s' if parts > 1 else ''}, "
+            "one copy, fastest for one row; GENLAB_WEIGHT_FORM=packed|both for batches",
+            parts,
         )
     return FormChoice(
         "packed",
