@@ -49,8 +49,8 @@ COURSE = [
     "18_inside_the_model",
     "19_dola",
     "20_steering_and_attribution",
-    "23_spending_compute",
-    "21_appendix_widget_tour",
+    "21_spending_compute",
+    "22_appendix_widget_tour",
 ]
 LESSONS = [ROOT / "notebooks" / f"{name}.ipynb" for name in COURSE]
 GUESS = re.compile(r"^guess\w* = None\b", re.M)
@@ -307,11 +307,11 @@ def test_04_top_p_drops_a_legitimate_and_and_min_p_tames_a_hot_temperature(demo)
     ids, _ = demo.encode("My favourite word is")
     with torch.no_grad():
         hot = (demo.model.forward(ids).logits[0, -1].float() / 2.0).softmax(-1)
-    assert int((hot >= 0.1 * hot.max()).sum()) == 29
+    assert int((hot >= 0.125 * hot.max()).sum()) == 19
     prose = _flat(_prose(_notebook("04_")))
     assert "let in nonsense with real probability" not in prose
     assert 'throws away the legitimate " and" (p = 0.069)' in prose
-    assert "min-p 0.1 keeps only the 29 tokens" in prose
+    assert "min-p 0.125 keeps only the 19 tokens" in prose
 
 
 # -- numbers the prose states, pinned to the stored outputs that show them -----------------
@@ -324,9 +324,9 @@ PINNED = [
     ("02_", "-3.82", "-3.82"),
     ("03_", "`[2]`: step 2 is the only step whose entropy (5.16 nats)", "5.158"),
     ("04_", "(p = 0.069)", "('␣and', 0.069)"),
-    ("04_", "must keep about 22,000 tokens", "22000"),
+    ("04_", "must keep about 20,000 tokens", "20000"),
     ("04_", "(mean log-prob -10.60 per token", "-10.60"),
-    ("04_", "readable (-3.48)", "-3.48"),
+    ("04_", "readable (-3.23)", "-3.23"),
     ("06_", "*more*, 17 instead of 14", "(20, 17)"),
     ("08_", "30, the limit", '30 "The capital of France is Paris.'),
     ("08_", 'with ", a well-known and"', "batch, mask of ones: ', a well-known and'"),
@@ -354,9 +354,9 @@ PINNED = [
     ("14_", "0.2 (the texts are below)", "alpha 0.2: ' said, \"Lad"),
     ("15_", "about 3.9 nats per token lower", "-4.626"),
     ("16_", "`20`: the stages", "tokens kept at the end: 20"),
-    ("21_", "keeps its last\nvalid value, 1.0", "temperature kept: 1.0"),
+    ("22_", "keeps its last\nvalid value, 1.0", "temperature kept: 1.0"),
     (
-        "21_",
+        "22_",
         "`temperature=0.0` with `do_sample=False` is accepted",
         "greedy: None | temperature: 0.0",
     ),
@@ -373,8 +373,8 @@ PINNED = [
     ("17_", "**10**: the ten digit tokens", "-> 10 tokens allowed"),
     ("17_", "by far: 0.85", "0.85 ' smiled."),
     ("11_", "3 of the 16 rewrites are still flagged", "paraphrases with z > 4: 3 of 16"),
-    ("21_", "11 green tokens of 16", "11.0"),
-    ("21_", "(z = 4.04; with 10 green it would be 3.46)", "4.04"),
+    ("22_", "11 green tokens of 16", "11.0"),
+    ("22_", "(z = 4.04; with 10 green it would be 3.46)", "4.04"),
     ("13_", "6 model passes for the 29 tokens", "29 tokens from 6 model passes"),
     (
         "13_",
@@ -402,12 +402,12 @@ def test_18_names_the_rank_of_paris_at_each_late_layer():
 
 
 def test_21_states_the_watermark_explorer_scores_generated_tokens_only():
-    prose = _flat(_prose(_notebook("21_")))
+    prose = _flat(_prose(_notebook("22_")))
     assert "below, neither clears `z > 4`" not in prose
     assert "scores the whole sequence" not in prose
     assert "background thread" not in prose
     assert "It scores the generated tokens only" in prose
-    detection = _all_outputs(_notebook("21_"))
+    detection = _all_outputs(_notebook("22_"))
     assert re.search(r"watermarked\s+16\.0\s+11\.0\s+4\.04", detection)
 
 
