@@ -94,6 +94,8 @@ def lm_reward(lm, template: str, *, chat: bool | None = None) -> Callable[[str],
     lm: the scoring LM; template: the context the text is scored after; chat: encode the
     context with the chat template (as :func:`genlab.score`'s ``chat``).
 
+    (Not run as a test: it samples for seconds; tests/test_compute.py checks it.)
+
     >>> judge = lm_reward(lm, "A correct answer: the capital of Ghana is")   # doctest: +SKIP
     >>> genlab.best_of_n(lm, "The capital of Ghana is", 8, score=judge)      # doctest: +SKIP
     """
@@ -502,6 +504,8 @@ def best_of_n(
     a tqdm bar of the batches; config: other generation settings (sampling is on unless
     ``do_sample=False``).
 
+    (Not run as a test: it samples for seconds; tests/test_compute.py checks it.)
+
     >>> best = genlab.best_of_n(lm, "The capital of Ghana is", 16, max_new_tokens=4,
     ...                         verifier=lambda t: "Accra" in t)        # doctest: +SKIP
     >>> best.text                                                      # doctest: +SKIP
@@ -543,6 +547,8 @@ def self_consistency(
     optional ``text -> bool | float``, recorded per sample (``choices["verifier"]`` is
     what it would choose); score: what orders samples within an answer (as in
     :func:`best_of_n`).
+
+    (Not run as a test: it samples for seconds; tests/test_compute.py checks it.)
 
     >>> sc = genlab.self_consistency(lm, "The capital of Ghana is", 16, max_new_tokens=4,
     ...                              extract=lambda t: t.split()[0] if t.split() else None)
@@ -713,6 +719,8 @@ def coverage_curve(
     system, executor, progress, config: as in :func:`best_of_n`; greedy: also run each
     task once greedily (``tasks.greedy_correct``); bootstrap, votes: resamples for the
     intervals and the vote; level: the interval's coverage probability.
+
+    (Not run as a test: it samples for seconds; tests/test_compute.py checks it.)
 
     >>> cov = genlab.coverage_curve(lm, genlab.tasks.capitals(), ns=(1, 4, 16),
     ...                             max_new_tokens=4)                      # doctest: +SKIP

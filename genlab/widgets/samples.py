@@ -51,6 +51,8 @@ class SampleView(Panel):
     :class:`~genlab.compute.SampleSet` shown), ``sample_pick`` (the sample to branch
     from), ``branch(position, token)``, ``branches``, ``save_html(path)``.
 
+    (Not run as a test: it samples for seconds; tests/test_compute.py checks it.)
+
     >>> SampleView(lm, "The capital of Ghana is", n=16, max_new_tokens=4)  # doctest: +SKIP
     """
 
