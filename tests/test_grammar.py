@@ -420,3 +420,14 @@ def test_allowed_mass_draws_a_bar_per_token_and_hatches_the_forced_ones(demo):
     assert [bool(b.get_hatch()) for b in bars] == sorted(table.grammar_forced.tolist())
     with pytest.raises(ValueError, match="no 'grammar' stage: generate with json_schema="):
         genlab.plots.grammar_table(demo.generate("Hi", max_new_tokens=2, trace=True).trace)
+
+
+def test_the_waterfalls_grammar_panel_names_the_most_probable_token_it_removed(demo):
+    res = demo.generate("Yes or no?", chat=True, regex="yes|no", trace=True)
+    table = genlab.plots.grammar_table(res.trace)
+    fig = genlab.plots.waterfall(res.trace, step=0)
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    (grammar,) = [t for t in titles if t.startswith("1. grammar")]
+    removed = table.iloc[0]
+    assert grammar.endswith(f"; removed {removed.top_removed} p={removed.top_removed_prob:.2g}")
+    assert "removed" not in titles[0] and "5 tokens possible" in grammar

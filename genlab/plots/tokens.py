@@ -220,6 +220,8 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> F
         _bars(ax, t, rows=k)
         kept = int(summary.loc[stage, "tokens_kept"]) if stage in summary.index else None
         left = f"{kept:,} tokens possible" if kept is not None else ""
+        if stage == "grammar" and i > 0:  # what a grammar removed that the model liked most
+            left += _grammar_removed(trace, step, row)
         ax.set_title(f"{i}. {stage}\n{left}", fontsize=10, loc="left")
         ax.tick_params(axis="x", labelsize=SMALL)
         ax.spines[["top", "right"]].set_visible(False)
@@ -230,6 +232,20 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> F
         fontsize=11,
     )
     return fig
+
+
+def _grammar_removed(trace, step: int, row: int) -> str:
+    """``"; removed x p=0.47"``: the most probable token the ``grammar`` stage removed at
+    ``step`` (see :func:`genlab.plots.grammar.grammar_table`), or ``""``."""
+    from .grammar import _top_removed
+
+    rec = next(r for r in trace.records if r.step == step)
+    names = [st.name for st in rec.stages]
+    gi = names.index("grammar")
+    tid, prob = _top_removed(rec.stages[gi - 1], rec.stages[gi], row)
+    if tid is None:
+        return ""
+    return f"; removed {trace.token_text(tid)} p={prob:.2g}"
 
 
 def compare_logprobs(results: Sequence, labels: Sequence[str] | None = None) -> Figure:
