@@ -33,10 +33,13 @@ from .processors import call_processor, stage_name_of
 class StepContext:
     """The strategies' view of a run (one per run; it reads the run's current state)."""
 
-    __slots__ = ("_run",)
+    __slots__ = ("_run", "weights_memo")
 
     def __init__(self, run) -> None:
         self._run = run
+        #: the weights' key the forward cache read in this call into the run
+        #: (genlab/forward_cache.py, "Never stale"); the run clears it at every call
+        self.weights_memo: dict = {}
 
     # -- read-only facts ---------------------------------------------------------------------
     @property
@@ -206,7 +209,7 @@ class StepContext:
         ):
             return compute()
         return kept.forward(
-            run.given.model, cache, state.sequences, mask, compute, run.weights_check
+            run.given.model, cache, state.sequences, mask, compute, self.weights_memo
         )
 
     def process(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:

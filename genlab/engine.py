@@ -38,8 +38,7 @@ from .caches import compiled_forward
 from .config import prepare_config
 from .config.generation import INCONSISTENT
 from .context import StepContext
-from .forward_cache import WeightsCheck
-from .grammar import check_forced, with_grammar
+from .grammar import GRAMMAR_ARGUMENTS, check_forced, with_grammar
 from .history import Timeline, needs_replay
 from .hooks import HookRegistry, warn_unheard
 from .ids import check_ids
@@ -217,14 +216,13 @@ class Run:
         self._returned_nodes = None  # beam search's winners, named when the output is built
         self._ctx = StepContext(self)
         self._lock = threading.Lock()  # one caller at a time (see _exclusive)
-        #: the forward cache's view of the weights (genlab/forward_cache.py, "Never stale")
-        self.weights_check = WeightsCheck()
         self._owner: int | None = None  # the thread holding the lock
         self._stepping = False  # inside a step (its hooks, processors, criteria, streamer)
         self._stop_requested = False
         self._finished_by: str | None = None
-        # json_schema= / regex= / grammar=: compiled now, a processor first among the user's
-        logits_processor = with_grammar(model, tokenizer, logits_processor, kwargs)
+        if any(name in kwargs for name in GRAMMAR_ARGUMENTS):
+            # json_schema= / regex= / grammar=: compiled now, a processor first among the user's
+            logits_processor = with_grammar(model, tokenizer, logits_processor, kwargs)
 
         def set_up():
             return self._set_up(
@@ -334,7 +332,7 @@ class Run:
             )
         with self._lock:
             self._owner = me
-            self.weights_check.resume()  # user code ran since the last call: weights may differ
+            self._ctx.weights_memo.clear()  # user code ran since the last call: read again
             try:
                 yield
             finally:
@@ -424,7 +422,6 @@ class Run:
             other.given = copy.copy(self.given)
             other.given.streamer = None
             other._lock, other._owner = threading.Lock(), None
-            other.weights_check = WeightsCheck()
             other._stop_requested = other._stepping = False
             other.state, other.config, other.random = parts.state, parts.config, parts.random
             other.registry, other.history, other.timeline = (

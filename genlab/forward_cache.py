@@ -29,7 +29,7 @@ could not give what was asked:
 
 **Never stale.** A kept pass is served only to a run whose model is, at that moment, the
 one that computed it. Each tree's root is keyed by the model's *weights key*
-(:class:`WeightsCheck`), in two parts:
+(:func:`weights_of`), in two parts:
 
 * its structure (:func:`weights_key`): every object the model holds, to
   any depth: each tensor by identity, storage, dtype, shape and version counter (an in-place
@@ -244,22 +244,17 @@ def _has_state(obj) -> bool:
     )
 
 
-class WeightsCheck:
-    """The weights key one run compares its tree's with (module doc, "Never stale"): read
-    once after each :meth:`resume`, then kept for the rest of the call."""
-
-    def __init__(self) -> None:
-        self._key: tuple | None = None
-
-    def resume(self) -> None:
-        """A call into the run began: user code may have edited the weights since the last."""
-        self._key = None
-
-    def key(self, model) -> tuple:
-        """(structure, content) of ``model``'s weights, as read at the start of this call."""
-        if self._key is None:
-            self._key = (weights_key(model), weights_fingerprint(model))
-        return self._key
+def weights_of(model, memo: dict | None = None) -> tuple:
+    """(structure, content) of ``model``'s weights (:func:`weights_key`,
+    :func:`weights_fingerprint`), read once per ``memo``: a run keeps one and clears it at
+    each call into it (``step``, ``run``, ``rewind``...), since user code may have edited
+    the weights in between. None: read now."""
+    if memo is None:
+        return (weights_key(model), weights_fingerprint(model))
+    key = memo.get("weights")
+    if key is None:
+        key = memo["weights"] = (weights_key(model), weights_fingerprint(model))
+    return key
 
 
 def model_is_plain(model) -> bool:
@@ -323,19 +318,19 @@ class ForwardCache:
         sequences: torch.LongTensor,
         attention_mask: torch.Tensor,
         compute: Callable[[], ModelOutput],
-        check: WeightsCheck | None = None,
+        memo: dict | None = None,
     ) -> ModelOutput:
         """The forward pass over the tokens of ``sequences`` (1, length) that ``cache`` has
         not seen: served from the tree when the same chunk followed the same chunks with the
         same weights, else ``compute()`` (which appends to ``cache``) and kept.
 
-        check: the run's :class:`WeightsCheck` (a fresh one, that reads the content, when
-        None). A cache whose tree was keyed by other weights than the model's now (edited
-        since) is neither served nor kept.
+        memo: the run's memo of the weights' key (:func:`weights_of`; None: read them now).
+        A cache whose tree was keyed by other weights than the model's now (edited since)
+        is neither served nor kept.
         """
         if self._max_bytes == 0 or not self.applies(model, cache, sequences, attention_mask):
             return compute()
-        key = (check or WeightsCheck()).key(model)
+        key = weights_of(model, memo)
         past = cache.length()
         prefix = sequences[0].tolist()
         chunk = tuple(prefix[past:])
@@ -468,8 +463,8 @@ __all__ = [
     "CacheInfo",
     "DEFAULT_MAX_BYTES",
     "ForwardCache",
-    "WeightsCheck",
     "model_is_plain",
     "weights_fingerprint",
     "weights_key",
+    "weights_of",
 ]

@@ -245,16 +245,11 @@ def _schema_dict(value: Any) -> dict:
 def _check_compiles(grammar: Grammar, kind: str) -> None:
     """ValueError (naming ``kind``) for a constraint the engine cannot compile, or one it
     finds unsatisfiable (``minLength`` above ``maxLength``, an empty ``enum``...)."""
+    from .processors.grammar import engine_message
+
     m = grammar.matcher()
     if m.is_error():
-        raise ValueError(f"{kind}= cannot be compiled: {_engine_message(m.get_error())}")
-
-
-def _engine_message(text: str) -> str:
-    """The engine's error, on one line (its grammar dump dropped)."""
-    text = text.split("<state>")[0].split("<grammar>")[0]
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return " ".join(lines)[:400]
+        raise ValueError(f"{kind}= cannot be compiled: {engine_message(m.get_error())}")
 
 
 def grammar_from_arguments(tokenizer: Any, arguments: dict) -> Grammar | None:

@@ -428,7 +428,9 @@ def test_info_is_filled_from_the_config():
         vocab_size=VOCAB, bos_token_id=1, eos_token_id=[2, 3], pad_token_id=0,
         max_position_embeddings=64, name="tiny", architecture="llama",
         num_hidden_layers=2, hidden_size=64, generation_defaults={"temperature": 0.7},
+        numerics=lm.info.numerics,
     )  # fmt: skip
+    assert lm.info.numerics.startswith("float32 weights, split form: ")  # and why
     gpt = genlab_from(tiny_gpt2())
     assert (gpt.info.bos_token_id, gpt.info.eos_token_id) == (50256, 50256)
     assert (gpt.info.max_position_embeddings, gpt.info.architecture) == (64, "gpt2")

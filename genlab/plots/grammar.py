@@ -9,15 +9,13 @@ token it removed, and the steps it forced (one token allowed).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from genlab.trace import trace_of
 
-from .tokens import MAX_WIDTH, SMALL
+from .tokens import MAX_WIDTH, SMALL, top_removed
 
 
 def grammar_table(trace, row: int = 0) -> pd.DataFrame:
@@ -54,7 +52,7 @@ def grammar_table(trace, row: int = 0) -> pd.DataFrame:
         if tid < 0:
             continue
         removed_mass = float(after.removed_mass[row]) if after.removed_mass is not None else 0.0
-        top_removed, top_prob = _top_removed(before, after, row)
+        removed_id, top_prob = top_removed(before, after, row)
         allowed = int(after.kept[row])
         out.append(
             {
@@ -62,34 +60,12 @@ def grammar_table(trace, row: int = 0) -> pd.DataFrame:
                 "token": trace.token_text(tid),
                 "allowed": allowed,
                 "allowed_mass": max(0.0, 1.0 - removed_mass),
-                "top_removed": "" if top_removed is None else trace.token_text(top_removed),
+                "top_removed": "" if removed_id is None else trace.token_text(removed_id),
                 "top_removed_prob": top_prob,
                 "grammar_forced": allowed == 1,
             }
         )
     return pd.DataFrame(out)
-
-
-def _top_removed(before, after, row: int) -> tuple[int | None, float]:
-    """The most probable token among the stage before's top ones that the grammar
-    removed: the grammar only masks, so a token ranked above its last kept top token (or
-    any, when it kept fewer than the trace's depth) and missing from its top is removed."""
-    kept_values = after.top_values[row]
-    finite = kept_values.isfinite()
-    kept_ids = set(after.top_ids[row][finite].tolist())
-    depth = int(after.top_ids.shape[1])
-    floor = float(kept_values[finite].min()) if bool(finite.any()) else -math.inf
-    for tid, value, lp in zip(
-        before.top_ids[row].tolist(),
-        before.top_values[row].tolist(),
-        before.top_logprobs[row].tolist(),
-        strict=True,
-    ):
-        if not math.isfinite(value) or tid in kept_ids:
-            continue
-        if len(kept_ids) < depth or value > floor:
-            return tid, math.exp(lp)
-    return None, 0.0
 
 
 def allowed_mass(trace, row: int = 0, ax=None) -> Figure:

@@ -16,6 +16,7 @@ tall in a 1000 px wide output.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import matplotlib
@@ -234,15 +235,35 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> F
     return fig
 
 
+def top_removed(before, after, row: int) -> tuple[int | None, float]:
+    """The most probable token among the stage before's top ones that the grammar
+    removed: the grammar only masks, so a token ranked above its last kept top token (or
+    any, when it kept fewer than the trace's depth) and missing from its top is removed."""
+    kept_values = after.top_values[row]
+    finite = kept_values.isfinite()
+    kept_ids = set(after.top_ids[row][finite].tolist())
+    depth = int(after.top_ids.shape[1])
+    floor = float(kept_values[finite].min()) if bool(finite.any()) else -math.inf
+    for tid, value, lp in zip(
+        before.top_ids[row].tolist(),
+        before.top_values[row].tolist(),
+        before.top_logprobs[row].tolist(),
+        strict=True,
+    ):
+        if not math.isfinite(value) or tid in kept_ids:
+            continue
+        if len(kept_ids) < depth or value > floor:
+            return tid, math.exp(lp)
+    return None, 0.0
+
+
 def _grammar_removed(trace, step: int, row: int) -> str:
     """``"; removed x p=0.47"``: the most probable token the ``grammar`` stage removed at
     ``step`` (see :func:`genlab.plots.grammar.grammar_table`), or ``""``."""
-    from .grammar import _top_removed
-
     rec = next(r for r in trace.records if r.step == step)
     names = [st.name for st in rec.stages]
     gi = names.index("grammar")
-    tid, prob = _top_removed(rec.stages[gi - 1], rec.stages[gi], row)
+    tid, prob = top_removed(rec.stages[gi - 1], rec.stages[gi], row)
     if tid is None:
         return ""
     return f"; removed {trace.token_text(tid)} p={prob:.2g}"

@@ -128,9 +128,9 @@ class GrammarLogitsProcessor(LogitsProcessor):
     def allowed_mask(self, input_ids: torch.LongTensor, vocab: int) -> torch.BoolTensor:
         """(rows, vocab) True where the grammar allows the token after ``input_ids``
         (every token for a row that has ended)."""
-        from genlab.grammar import engine
+        import llguidance  # installed: the grammar was compiled with it (genlab.grammar)
 
-        llg_torch = _engine_torch(engine())
+        llg_torch = _engine_torch(llguidance)
         matchers = self._sync(input_ids)
         size = self.grammar.vocab_size
         bitmask = torch.full((len(matchers), (size + 31) // 32), -1, dtype=torch.int32)
@@ -212,10 +212,15 @@ def _text(tokenizer: Any, token_id: int) -> str:
     return repr(shown(tokenizer, int(token_id)))
 
 
-def _error(matcher) -> str:
-    from genlab.grammar import _engine_message
+def engine_message(text: str) -> str:
+    """The engine's error, on one line (its grammar dump dropped)."""
+    text = text.split("<state>")[0].split("<grammar>")[0]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " ".join(lines)[:400]
 
-    return _engine_message(matcher.get_error() or "")
+
+def _error(matcher) -> str:
+    return engine_message(matcher.get_error() or "")
 
 
 def _engine_torch(llg):
