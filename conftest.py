@@ -71,7 +71,7 @@ def pytest_runtest_teardown(item, nextitem):
     """After a notebook's last cell under nbval: its kernel's peak memory, written to
     build/kernel-peaks.tsv (one line per notebook), and an error when it passes
     :data:`KERNEL_LIMIT_MIB`."""
-    if type(item).__name__ != "NbCellItem":
+    if type(item).__name__ != "IPyNbCell":
         return
     if nextitem is not None and nextitem.parent is item.parent:
         return
