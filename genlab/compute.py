@@ -44,6 +44,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .sweeps import spec_of
+
 #: the scores a sample can be ranked by without a callable: the raw model's mean
 #: log-prob per generated token, or the log-prob of the whole continuation
 SCORES = ("mean_logprob", "sum_logprob")
@@ -190,26 +192,6 @@ def _as_lm(lm):
     if isinstance(lm, (str, os.PathLike)):
         return load(lm)
     return lm if isinstance(lm, LM) else LM(lm)
-
-
-def _model_spec(lm):
-    """What a worker needs to load ``lm`` (see :func:`genlab.sweep`'s ``executor``)."""
-    from .sweeps import ModelSpec
-
-    args = getattr(lm, "load_args", None)
-    if not args:
-        raise ValueError(
-            "executor=: the model must be loaded by name or folder (genlab.load('demo') or "
-            "genlab.load('path/to/folder')) so that each worker can load it; a model object "
-            "cannot be sent to other processes"
-        )
-    dtype = args.get("dtype")
-    return ModelSpec(
-        str(args["source"]),
-        args.get("revision"),
-        None if dtype is None else str(dtype).removeprefix("torch."),
-        args.get("quantization"),
-    )
 
 
 def _check_executor(executor):
@@ -444,7 +426,7 @@ def _draw_set(lm, prompt, n, *, rule, verifier, score, extract, seed, batch_size
             raise ValueError(f"{name}={fn!r}: give a function of the sample's text")
     _check_executor(executor)
     lm = _as_lm(lm)
-    spec = _model_spec(lm) if executor is not None else None
+    spec = spec_of(lm) if executor is not None else None
     prompt_ids = _prompt_ids(lm, prompt, chat, system)
     settings = _settings(lm, prompt_ids, batch_size, max_new_tokens, config)
     work = [(prompt_ids, rows, s, settings) for rows, s in _jobs(n, batch_size, seed)]
@@ -743,7 +725,7 @@ def coverage_curve(
     _check_score(score)
     _check_executor(executor)
     lm = _as_lm(lm)
-    spec = _model_spec(lm) if executor is not None else None
+    spec = spec_of(lm) if executor is not None else None
     work, owner, prompts = [], [], []
     settings = None
     for t, (prompt, _, _) in enumerate(parts):

@@ -150,7 +150,7 @@ def sweep(
     elif not isinstance(lm, LM):
         lm = LM(lm)
     if executor is not None:
-        spec = spec or _spec_of(lm)
+        spec = spec or spec_of(lm)
         if not callable(getattr(executor, "submit", None)):
             raise ValueError(
                 f"executor={executor!r}: give a concurrent.futures.Executor (an object with "
@@ -235,7 +235,9 @@ class ModelSpec:
     quantization: str | None = None  # "int4" or "int8"
 
 
-def _spec_of(lm) -> ModelSpec:
+def spec_of(lm) -> ModelSpec:
+    """What a worker needs to load ``lm`` again (its :attr:`~genlab.lm.LM.load_args`): the
+    model spec :func:`worker_model` takes; a ValueError for a model object."""
     args = getattr(lm, "load_args", None)
     if not args:
         raise ValueError(

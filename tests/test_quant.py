@@ -163,9 +163,9 @@ def test_bad_quantization_arguments_say_what_to_give():
 def test_a_sweeps_workers_load_the_same_quantization(demo_int4):
     """genlab.sweep(..., executor=...) sends the load arguments to its workers: they must
     load the int4 model, not the float32 one."""
-    from genlab.sweeps import _spec_of, worker_model
+    from genlab.sweeps import spec_of, worker_model
 
-    spec = _spec_of(demo_int4)
+    spec = spec_of(demo_int4)
     assert spec.quantization == "int4"
     assert isinstance(worker_model(spec).model.layers[0].qkv, Int4Weight)
 
