@@ -108,14 +108,17 @@ doctest: $(VENV)/.genlab-test-installed
 
 ## notebooks: every notebook through pytest --nbval
 notebooks: $(VENV)/.genlab-test-installed
+	rm -f build/kernel-peaks.tsv
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
 	  --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks/*.ipynb
+	$(PY) scripts/kernel_peaks.py build/kernel-peaks.tsv  # each kernel within Binder's 2 GB
 
 ## notebooks-shaken: the notebooks again, numerics shaken (packed weights, logits moved 8 ulps)
 #  A stored output that changes here sits on a knife edge: another CPU, thread count or
 #  weight form can change it too (genlab/models/matmul.py: shake).
 notebooks-shaken: $(VENV)/.genlab-test-installed
-	GENLAB_WEIGHT_FORM=packed GENLAB_SHAKE=8 OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider \
+	GENLAB_WEIGHT_FORM=packed GENLAB_SHAKE=8 GENLAB_KERNEL_PEAKS=build/kernel-peaks-shaken.tsv \
+	  OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider \
 	  -n 2 --dist loadfile --nbval --nbval-current-env \
 	  --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks/*.ipynb
 

@@ -44,7 +44,7 @@ def main() -> None:
     for i in range(args.rounds):
         times["cold run"].append(seconds(lambda: cold.generate(prompt, **kw)))
         new = f"{prompt} ({i})"  # a prompt the cache has not seen: every pass a miss
-        times["cached run, all misses"].append(seconds(lambda: lm.generate(new, **kw)))
+        times["cached run, all misses"].append(seconds(lambda p=new: lm.generate(p, **kw)))
         times["structure"].append(seconds(lambda: weights_key(lm.model)))
         times["fingerprint"].append(seconds(lambda: weights_fingerprint(lm.model)))
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
