@@ -31,15 +31,7 @@ every public name; the lessons in ``notebooks/`` (notebooks/README.md has the co
 
 from __future__ import annotations
 
-import os as _os
-
-_os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-from genlab import threads as _threads  # noqa: E402
-
-_threads.reading_at_import()  # the first look at the machine's load (genlab/threads.py)
-
-from genlab.lazy import lazy_exports as _lazy_exports  # noqa: E402
+from genlab.lazy import lazy_exports as _lazy_exports
 
 __version__ = "0.1.0"
 

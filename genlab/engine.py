@@ -62,6 +62,10 @@ from .strategies import Selection, strategy_for
 __all__ = ["Run", "RunViews", "Step", "as_model", "generate", "prepare_config", "start"]
 
 
+#: the calls into a run that compute (the others edit or read it)
+_COMPUTES = frozenset({"step", "run", "rewind"})
+
+
 class _AtLimit(Exception):
     """A step was asked of a run that already holds max_length tokens."""
 
@@ -330,7 +334,9 @@ class Run:
                 "its own step. Call it after the step returns (from a hook, fork() and "
                 "output work in a 'step_end' hook, and stop() ends the run after the step)."
             )
-        with self._lock:
+        # the thread policy of a busy machine while the run computes (genlab/threads.py)
+        policy = threads.watching() if op in _COMPUTES else contextlib.nullcontext()
+        with self._lock, policy:
             self._owner = me
             self._ctx.weights_memo.clear()  # user code ran since the last call: read again
             try:
@@ -685,7 +691,6 @@ class Run:
             self._stepping = False
 
     def _step_in_mode(self, want_record: bool) -> Step | None:
-        threads.adapt()  # OpenMP's waiting threads on a busy machine (genlab/threads.py)
         # A run started under torch.inference_mode() holds inference tensors (its cache is
         # written in place every step); it goes on in that mode wherever it is stepped.
         try:

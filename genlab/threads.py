@@ -21,10 +21,11 @@ is never changed by this.
 
 What genlab does, unless told otherwise:
 
-* at every step of a generation (``Run`` calls :func:`adapt`), at most every
-  :func:`window` seconds: how many cores other processes kept busy since the last look, from
-  ``/proc/stat`` less this process's own CPU time (no waiting: two reads of a file); if at
-  least :data:`BUSY_CORES`, OpenMP threads are parked, else released. A look older than
+* while a run computes (``Run.step``, ``run``, ``rewind`` and ``generate`` enter
+  :func:`watching`, its one entry point; the step loop itself never looks), a helper thread
+  looks every :func:`window` seconds: how many cores other processes kept busy since the
+  last look, from ``/proc/stat`` less this process's own CPU time (two reads of a file); if
+  at least :data:`BUSY_CORES`, OpenMP threads are parked, else released. A look older than
   :data:`STALE` seconds is replaced by a :data:`SAMPLE_SECONDS` sample;
 * when a built-in decoder is built, torch's thread count is capped by the CPUs this
   process may use (its affinity mask and a container's CPU quota, which ``os.cpu_count()``
@@ -38,6 +39,7 @@ changes the count after :func:`configure`). :func:`status` says what was decided
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import math
@@ -214,16 +216,16 @@ class _Adapter:
 _adapter = _Adapter()
 
 
-def reading_at_import() -> None:
-    """Take the first reading (``import genlab`` calls it): the first generation's look then
-    compares with it instead of sampling."""
+def take_reading() -> None:
+    """Take a reading now: the next look compares with it instead of sampling."""
     _adapter.reading = cpu_reading()
 
 
 def adapt() -> None:
     """Park or release OpenMP threads from how busy other processes kept the CPUs since
     the last look (see the module docstring); at most one look every :func:`window`
-    seconds, otherwise a clock read. Called by the engine at every step."""
+    seconds, otherwise a clock read. :func:`watching`'s helper thread calls it while a run
+    computes, and :func:`configure` once when a model is built."""
     a = _adapter
     if a.blind or (a.reading is not None and time.monotonic() - a.reading[0] < window()):
         return
@@ -239,6 +241,54 @@ def adapt() -> None:
         a.look()
     finally:
         a.lock.release()
+
+
+class _Watch:
+    """The helper thread of :func:`watching`: one per process, alive while at least one
+    run computes (nested runs, such as a draft model's, share it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.stop: threading.Event | None = None
+
+    def enter(self) -> None:
+        with self.lock:
+            self.depth += 1
+            if self.depth > 1:
+                return
+            self.stop = stop = threading.Event()
+        thread = threading.Thread(target=self._loop, args=(stop,), name=WATCH_NAME, daemon=True)
+        thread.start()
+
+    def leave(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.stop is not None:
+                self.stop.set()  # the helper ends at its next wake; nothing waits for it
+                self.stop = None
+
+    @staticmethod
+    def _loop(stop: threading.Event) -> None:
+        while not stop.is_set():
+            adapt()
+            stop.wait(window())
+
+
+WATCH_NAME = "genlab-threads-watch"
+_watch = _Watch()
+
+
+@contextlib.contextmanager
+def watching():
+    """The thread policy while a run computes: a helper thread calls :func:`adapt` at once
+    and then every :func:`window` seconds, until the outermost ``with`` ends. The run's
+    step loop itself never looks at the machine."""
+    _watch.enter()
+    try:
+        yield
+    finally:
+        _watch.leave()
 
 
 def status() -> dict:

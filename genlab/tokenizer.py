@@ -32,8 +32,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from tokenizers import AddedToken, processors
-from tokenizers import Tokenizer as BackendTokenizer
+
+# a fork after the Rust tokenizer used its thread pool (a process-pool sweep) would warn
+# and turn parallelism off; genlab encodes short prompts, so it asks for none (the user's
+# own setting stays)
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from tokenizers import AddedToken, processors  # noqa: E402
+from tokenizers import Tokenizer as BackendTokenizer  # noqa: E402
 
 from .chat import (
     as_conversation_batch,

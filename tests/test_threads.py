@@ -35,6 +35,16 @@ def test_importing_genlab_in_either_order_leaves_the_environment_alone():
     assert environment_after("import genlab", OMP_NUM_THREADS="1") == "None 1"
 
 
+def test_importing_genlab_reads_no_machine_state_and_sets_no_variable():
+    code = (
+        "import os, genlab; from genlab import threads; "
+        "print(threads._adapter.reading, os.environ.get('TOKENIZERS_PARALLELISM'))"
+    )
+    clean = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
+    out = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True)
+    assert out.stdout.split() == ["None", "None"], out.stderr
+
+
 class Machine:
     """Scripted /proc/stat: ``others`` cores busy in other processes, this one idle."""
 
@@ -76,7 +86,7 @@ def os_threads() -> int:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libgomp: torch's Linux wheels")
 def test_a_busy_machine_parks_an_openmp_team_and_a_quiet_one_releases_it(machine):
-    threads.reading_at_import()
+    threads.take_reading()
     machine.others = 1.8  # two CPU-bound processes on two cores
     machine.wait(2.5)
     tasks = os_threads()
@@ -99,7 +109,7 @@ def test_a_busy_machine_parks_an_openmp_team_and_a_quiet_one_releases_it(machine
 
 
 def test_a_stale_look_is_replaced_by_a_fresh_sample(machine):
-    threads.reading_at_import()
+    threads.take_reading()
     machine.others = 1.5
     machine.wait(threads.STALE + 60)  # an hour-old look would average a new load away
     machine.others = 0.0
@@ -149,22 +159,6 @@ def test_the_window_grows_with_the_cpus_that_add_tick_noise(monkeypatch):
         assert threads.window() == seconds
 
 
-def test_every_step_of_a_run_looks_at_the_machine(monkeypatch):
-    from genlab.models.table import TableLM
-
-    calls = []
-    monkeypatch.setattr(threads, "adapt", lambda: calls.append(1))
-    lm = TableLM({"": {"a": 1.0}, "a": {"b": 1.0}, "a b": {"c": 1.0}}, fallback="uniform")
-    ids = lm.tokenizer("", return_tensors="pt").input_ids
-    import genlab
-
-    run = genlab.start(lm, input_ids=ids, max_new_tokens=3)
-    run.step()
-    assert len(calls) == 1
-    run.run()
-    assert len(calls) == 3
-
-
 def test_thread_count_defaults_and_overrides(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("GENLAB_THREADS", raising=False)
@@ -186,3 +180,41 @@ def test_a_cpu_quota_caps_the_threads(monkeypatch):
     monkeypatch.setattr(threads, "_cgroup_quota", lambda: 1.5)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     assert threads.usable_cpus() == 2
+
+
+def watchers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == threads.WATCH_NAME]
+
+
+def test_the_step_loop_never_looks_at_the_machine_a_helper_thread_does(monkeypatch):
+    """Machine tuning is out of the step: the loop's thread never calls adapt(); while a run
+    computes, the watch thread does, and it ends when the outermost call returns."""
+    import genlab
+    from genlab.models.table import TableLM
+
+    calls = []
+    monkeypatch.setattr(threads, "adapt", lambda: calls.append(threading.current_thread().name))
+    lm = TableLM({"": {"a": 1.0}, "a": {"b": 1.0}, "a b": {"c": 1.0}}, fallback="uniform")
+    ids = lm.tokenizer("", return_tensors="pt").input_ids
+    run = genlab.start(lm, input_ids=ids, max_new_tokens=3)
+    seen = []
+    run.add_hook("step_end", lambda value, *, step: seen.append(len(watchers())))
+    run.step()
+    run.rewind(1)
+    run.run()
+    assert seen and all(n == 1 for n in seen)  # one watch thread, nested calls share it
+    assert calls and set(calls) == {threads.WATCH_NAME}
+    for t in watchers():
+        t.join(5.0)
+    assert not watchers()
+
+
+def test_watching_nests_and_ends_with_the_outermost(monkeypatch):
+    monkeypatch.setattr(threads, "adapt", lambda: None)
+    with threads.watching():
+        with threads.watching():
+            assert len(watchers()) == 1
+        assert len(watchers()) == 1
+    for t in watchers():
+        t.join(5.0)
+    assert not watchers()
