@@ -13,7 +13,10 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 # the first lesson, opened by `make lab`
 LESSON ?= notebooks/01_quickstart.ipynb
-LAB_URL_ARGS = --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/$(LESSON)
+# the lesson in the "genlab" workspace (share/jupyter/lab/workspaces/), whose left panel is
+# collapsed: at a 768 px window the file browser would leave the notebook 321 px
+LAB_WORKSPACE = share/jupyter/lab/workspaces/genlab.jupyterlab-workspace
+LAB_URL_ARGS = --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/workspaces/genlab/tree/$(LESSON)
 LINTED := genlab tests benchmarks scripts
 
 export TOKENIZERS_PARALLELISM := false
@@ -64,7 +67,10 @@ $(VENV)/.genlab-lab-installed: pyproject.toml $(VENV)/.genlab-installed
 ## lab: (command 2) JupyterLab in the same venv, opened on the first lesson (LAB_ARGS=--no-browser ...)
 #  The lesson is JupyterLab's default page (LabApp.default_url), served from the checkout's
 #  root: the browser opens it, and with --no-browser the URL printed is the lesson's own.
+#  The lesson opens in the workspace "genlab", imported afresh each time (a layout changed
+#  in the last session is reset): the file browser folded, the notebook the window's width.
 lab: $(VENV)/.genlab-lab-installed
+	$(VENV)/bin/jupyter lab workspaces import $(LAB_WORKSPACE) >/dev/null 2>&1 || $(VENV)/bin/jupyter lab workspaces import $(LAB_WORKSPACE)
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_URL_ARGS) $(LAB_ARGS)
 
 $(VENV)/.genlab-app-installed: pyproject.toml $(VENV)/.genlab-installed

@@ -122,6 +122,13 @@ elif [ "$MODE" = "--broken" ]; then
     RC=1
   fi
 fi
+# 8b. `make lab` opens the lesson with the left panel folded (a 768 px window; --broken:
+#     a workspace with the file browser open, the check must fail)
+if [ "$MODE" = "normal" ] && [ $RC -eq 0 ]; then
+  "$VENV/bin/python" "$ROOT/tests/browser/lab_start_check.py" "$ARTIFACTS" || RC=$?
+elif [ "$MODE" = "--broken" ]; then
+  "$VENV/bin/python" "$ROOT/tests/browser/lab_start_check.py" "$ARTIFACTS/broken" --broken || RC=1
+fi
 # 9. The lessons' answers fold (<details>) in nbconvert's HTML, in Voila and in JupyterLab
 if [ "$MODE" = "normal" ] && [ $RC -eq 0 ]; then
   "$VENV/bin/python" "$ROOT/tests/browser/details_check.py" "$ARTIFACTS" || RC=$?
