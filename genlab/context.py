@@ -166,8 +166,7 @@ class StepContext:
             new = state.sequences[:, cache.length() :]
         if mask is None:
             mask = state.attention_mask
-        forward = run.given.model.forward
-        compiled = state.plan.compiled
+        forward, route = run.given.model.forward, state.plan.route  # chosen with the plan
         registry, extra = run.registry, {}
         if registry and registry.inside_points():  # hooks inside the layers: the eager pass
             from .models.taps import Taps
@@ -176,8 +175,8 @@ class StepContext:
                 cache.crop(0)  # a prompt cache computed without these hooks: compute it again
                 new = state.sequences
             extra["taps"] = Taps(registry, state.step_index, cache.length())
-        elif default and compiled is not None and cache.length():
-            forward = compiled  # the prompt runs eagerly; static-cache decoding steps compiled
+        elif default and route == "compiled" and cache.length():
+            forward = state.plan.compiled  # the prompt runs eagerly; decoding steps compiled
         encdec = run.given.encdec
         attentions = bool(cfg.output_attentions) if attentions is None else attentions
         hidden_states = bool(cfg.output_hidden_states) or bool(hidden_states)
@@ -195,20 +194,10 @@ class StepContext:
                 **extra,
             )
 
-        kept = run.given.forward_cache
-        if (
-            kept is None
-            or not default
-            or cfg.use_cache is False
-            or forward != run.given.model.forward  # compiled steps
-            or extra  # hooks inside the layers
-            or encdec is not None
-            or attentions
-            or hidden_states
-            or logits_to_keep != 1
-        ):
+        own_call = not default or logits_to_keep != 1 or attentions or hidden_states
+        if route != "cached" or own_call or extra:  # a strategy's own call (DoLa), or taps
             return compute()
-        return kept.forward(
+        return run.given.forward_cache.forward(
             run.given.model, cache, state.sequences, mask, compute, self.weights_memo
         )
 

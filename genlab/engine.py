@@ -49,6 +49,7 @@ from .plan import (
     check_row_layout,
     config_values,
     effective_config,
+    forward_route,
     make_plan,
     switch_strategy,
 )
@@ -301,6 +302,7 @@ class Run:
             strategy = switch_strategy(old, cls, plan, state.plan, self._ctx)
         if self.given.encdec is None:  # a config change may turn compiling on or off
             plan.compiled = compiled_forward(self.given.model, plan.config, state.cache, plan.mode)
+        plan.route = forward_route(plan, self.given)
         state.plan, state.strategy = plan, strategy
 
     # -- one caller at a time ------------------------------------------------------------------

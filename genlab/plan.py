@@ -41,6 +41,8 @@ class Plan:
     pad_token_id: int | None  # the id finished rows receive (the config's, else the 1st EOS)
     compiled: Any  # compiled decoding step, or None
     seen: dict  # the user's config values this plan was built from
+    #: how a step's own forward pass runs (:func:`forward_route`), chosen with the plan
+    route: str = "eager"
 
 
 def effective_config(config, given: Given):
@@ -154,6 +156,27 @@ def make_plan(config, given: Given, seen: dict | None = None) -> Plan:
         compiled=None,
         seen=seen if seen is not None else config_values(config),
     )
+
+
+def forward_route(plan: Plan, given: Given) -> str:
+    """How the steps of this plan run the model, chosen once when the plan is built (and
+    after :attr:`Plan.compiled` is set): ``"compiled"`` (decoding steps through the compiled
+    static-cache step), ``"cached"`` (through the run's forward cache, which serves a pass
+    it has kept and keeps the ones it computes) or ``"eager"`` (the model's forward). A
+    quantized model is a model like any other here. Hooks inside the layers (the "tapped"
+    pass) are the one per-step question, since they may be added between any two steps."""
+    cfg = plan.config
+    if plan.compiled is not None:
+        return "compiled"
+    if (
+        given.forward_cache is not None
+        and cfg.use_cache is not False
+        and given.encdec is None
+        and not cfg.output_attentions
+        and not cfg.output_hidden_states
+    ):
+        return "cached"
+    return "eager"
 
 
 def carry_processor_state(old_processors, new_processors) -> None:

@@ -24,7 +24,7 @@ import torch
 
 from .caches import compiled_forward, make_cache
 from .inputs import Given
-from .plan import Plan
+from .plan import Plan, forward_route
 from .randomness import RunRandom
 from .strategies import strategy_for
 
@@ -75,6 +75,7 @@ def initial_state(run, plan: Plan, ctx, random: RunRandom | None = None) -> RunS
     cache = make_cache(model, sequences.shape[0], plan.config, plan.mode, has_assistant)
     if given.encdec is None:
         plan.compiled = compiled_forward(model, plan.config, cache, plan.mode)
+    plan.route = forward_route(plan, given)
     # where this run's random draws come from (its own generator unless it is a plain
     # generate() call without a seed: see genlab.randomness)
     run.random = random or RunRandom.for_run(given.seed, given.keep_history, given.device)
