@@ -427,3 +427,58 @@ def test_the_check_finds_an_answer_written_or_printed_above_its_exercise(
     )
     (ex,) = exercises(path)
     assert bool(giveaways(ex) or lookups(ex)) == caught, (giveaways(ex), lookups(ex))
+
+
+# -- the teacher's pack: quiz banks and marking guides ------------------------------------
+
+
+def _quiz_banks() -> dict[str, list[str]]:
+    text = (TEACHER / "quizzes.md").read_text(encoding="utf-8")
+    banks = {}
+    for part in re.split(r"^## ", text, flags=re.M)[1:]:
+        title = part.splitlines()[0]
+        banks[title] = re.split(r"^(?=\*\*\d\.\d+\*\* )", part, flags=re.M)[1:]
+    return banks
+
+
+def test_each_quiz_bank_has_twelve_questions_with_an_answer_and_what_each_tests():
+    banks = _quiz_banks()
+    assert [t.split(":")[0] for t in banks] == ["Quiz 1", "Quiz 2"], list(banks)
+    for title, questions in banks.items():
+        assert len(questions) >= 12, (title, len(questions))
+        for q in questions:
+            number = q.split("**")[1]
+            asked = q.split("*Answer.*")[0]
+            assert "?" in asked or "Estimate" in asked, f"{title} {number}: no question"
+            assert re.search(r"\*Answer\.\* \S", q), f"{title} {number}: no answer"
+            assert re.search(r"\*Tests:\* \S", q), f"{title} {number}: does not say what it tests"
+            assert re.search(r"\*Lessons:\* `\d\d_", q), f"{title} {number}: no lesson"
+    # every question draws on a lesson of the quiz's weeks (in the syllabus), and the bank
+    # covers at least three quarters of those lessons
+    syllabus = (TEACHER / "syllabus.md").read_text(encoding="utf-8")
+    for title, questions in banks.items():
+        weeks = re.search(r"weeks? (\d)-(\d)", title)
+        assert weeks, title
+        taught = set()
+        for week in range(int(weeks[1]), int(weeks[2]) + 1):
+            block = syllabus.split(f"### Week {week}:")[1].split("### Week")[0]
+            taught |= set(re.findall(r"\| `(\d\d)_", block))
+        covered = set()
+        for q in questions:
+            lessons = set(re.findall(r"`(\d\d)_", q.split("*Lessons:*")[1]))
+            assert lessons & taught, (title, q.split("**")[1], lessons)
+            covered |= lessons & taught
+        assert len(covered) * 4 >= len(taught) * 3, (title, taught - covered)
+
+
+def test_no_marking_guide_stops_mid_sentence():
+    text = (TEACHER / "solutions.md").read_text(encoding="utf-8")
+    entries = re.split(r"^### ", text, flags=re.M)[1:]
+    assert len(entries) >= len(EVERY)
+    for entry in entries:
+        name = entry.splitlines()[0]
+        guide = re.search(r"\*\*Marking \((\d) points\)\.\*\*(.*?)(?:\n\n|\Z)", entry, re.S)
+        assert guide, f"solutions.md, {name}: no marking guide"
+        assert guide[1] == "3", f"{name}: every exercise is worth 3 points, not {guide[1]}"
+        body = " ".join(guide[2].split())
+        assert re.search(r"[.!?)]$", body), f"{name}: the marking guide stops mid-sentence"
