@@ -626,6 +626,8 @@ def test_the_teachers_pack_covers_every_lesson():
         "Li, Galley, Brockett, Gao, Dolan (2016)", "Post, Vilar (2018)", "Koehn, Knowles (2017)",
         "Krishna", "On the Reliability of Watermarks", "Basu", "Tang, Liu", "Dettmers",
         "Frantar", "Zhao, Lu", "Turner", "Meng", "Sundararajan",
+        # issue 47: lesson 21's papers (self-consistency, coverage, the pass@k estimator)
+        "Self-Consistency Improves", "Large Language Monkeys", "Trained on Code",
     ):  # fmt: skip
         assert paper in texts["bibliography.md"], paper
     # one solution per exercise: "### <lesson> exercise N"
