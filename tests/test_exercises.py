@@ -482,3 +482,33 @@ def test_no_marking_guide_stops_mid_sentence():
         assert guide[1] == "3", f"{name}: every exercise is worth 3 points, not {guide[1]}"
         body = " ".join(guide[2].split())
         assert re.search(r"[.!?)]$", body), f"{name}: the marking guide stops mid-sentence"
+
+
+def _solutions() -> dict[str, str]:
+    """solutions.md's answer paragraph per exercise, by "<lesson>, exercise <n>"."""
+    text = (TEACHER / "solutions.md").read_text(encoding="utf-8")
+    found = {}
+    for entry in re.split(r"^### ", text, flags=re.M)[1:]:
+        answer = re.search(r"\*\*Answer\.\*\*(.*?)\n\n\*\*Marking", entry, re.S)
+        found[entry.splitlines()[0].strip()] = answer[1].strip() if answer else ""
+    return found
+
+
+def _verdict(ex: Exercise) -> tuple[str, ...]:
+    """The answer's key values, or its first word where it has none (True, False...)."""
+    key, _ = key_values(ex)
+    if key:
+        return tuple(sorted(v.text.lower().strip() for v in key))
+    return (re.match(r"\W*(\w+)", ex.answer)[1].lower(),)
+
+
+@pytest.mark.parametrize("ex", EVERY, ids=[_id(ex) for ex in EVERY])
+def test_solutions_md_gives_the_notebooks_answer(ex):
+    # the teacher's pack repeats every answer: the day an exercise changes, its entry must
+    name = f"{ex.lesson.stem}, exercise {ex.number}"
+    answer = _solutions().get(name)
+    assert answer, f"notebooks/teacher/solutions.md has no answer for {name}"
+    entry = Exercise(ex.lesson, ex.number, ex.cell, ex.question, answer, ex.window)
+    assert _verdict(entry) == _verdict(ex), (
+        f"{name}: solutions.md answers {_verdict(entry)}, the notebook {_verdict(ex)}"
+    )
