@@ -6,15 +6,15 @@ step index, the prompt length, special tokens, the model's info), the run's cach
 the engine checkpoints before the step and restores if the step fails), and the few
 operations a strategy needs:
 
-* :meth:`forward` -- the one place where the model runs during generation;
-* :meth:`process` -- the logits processors in order, with their hook points;
-* :meth:`criteria_met` -- the stopping criteria on given sequences (``Run.stop``, not a
+* :meth:`~StepContext.forward` -- the one place where the model runs during generation;
+* :meth:`~StepContext.process` -- the logits processors in order, with their hook points;
+* :meth:`~StepContext.criteria_met` -- the stopping criteria on given sequences (``Run.stop``, not a
   strategy's, ends a run);
-* :meth:`has` / :meth:`fire` / :meth:`notify` -- the hook points a strategy adds, with
+* :meth:`~StepContext.has` / :meth:`~StepContext.fire` / :meth:`~StepContext.notify` -- the hook points a strategy adds, with
   the registry's verbs (:mod:`genlab.hooks`): is anyone listening, pass a value through
   the hooks then the observers (an extra stage ``processor.dola``, the
   ``beam.candidates`` payload), show observers only;
-* :meth:`spawn` -- a nested run (assisted decoding's draft model).
+* :meth:`~StepContext.spawn` -- a nested run (assisted decoding's draft model).
 
 This module imports nothing from the engine; the engine passes itself in.
 """
@@ -121,7 +121,7 @@ class StepContext:
 
     @property
     def stopping_criteria(self):
-        """The run's StoppingCriteriaList (call :meth:`stop` to apply it)."""
+        """The run's StoppingCriteriaList (call :meth:`criteria_met` to apply it)."""
         return self._run.state.plan.stopping_criteria
 
     @property

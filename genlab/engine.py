@@ -213,7 +213,9 @@ class Run:
         self.registry = HookRegistry()
         self._tracer = None
         self._tracer_off: list = []
-        #: the Step record of every step taken (what :meth:`rewind` keeps in step)
+        #: the Step records of the steps taken by :meth:`step`, and by :meth:`run` when the
+        #: run keeps a timeline (``keep_history=True``; ``generate`` keeps none); a rewind
+        #: drops the records of the steps it undoes
         self.history: list[Step] = []
         #: what :meth:`rewind` needs (``keep_history=True``), or None
         self.timeline: Timeline | None = None
@@ -536,9 +538,10 @@ class Run:
     def step(self, *, record: bool = True) -> Step | None:
         """Advance one token; returns the Step record (None when already finished).
 
-        ``record=False`` makes no Step record (returns None, adds nothing to
-        :attr:`history`): the :class:`~genlab.history.Timeline` replays steps so, with the
-        run's loop hooks set aside."""
+        ``record=False`` adds nothing to :attr:`history` and returns None, unless a
+        ``step_end`` hook listens (it is given the record, which is then returned too): the
+        :class:`~genlab.history.Timeline` replays steps so, with the run's loop hooks set
+        aside."""
         with self._exclusive("step"):
             self._resume_if_longer()
             if self.state.finished:
@@ -615,7 +618,7 @@ class Run:
             return self._output_now()
 
     def result(self):
-        """The run as a :class:`~genlab.records.GenerationResult`: its :attr:`output` (so
+        """The run as a :class:`~genlab.result.GenerationResult`: its :attr:`output` (so
         far, or final) with the texts and tokens of every row and the trace."""
         with self._exclusive("result", committed_ok=True):
             out = self._output_now()

@@ -33,7 +33,8 @@ Hooks are temporary by default::
     with run.hooks(logits=lambda x, step: x.clamp(max=10)):
         run.step()
 
-With no hook registered the loop pays one truthiness test per point.
+With no hook or observer registered, the loop asks :meth:`HookRegistry.has` at each point
+(a lookup in two dicts) and builds no payload.
 
 The registry's verbs (:class:`HookRegistry`; a strategy's
 :class:`~genlab.context.StepContext` has the last three, without the step):

@@ -10,7 +10,7 @@ step can be looked at, also after a rewind or in a fork.
 * :func:`logit_lens` -- the residual stream after each layer, through the final norm and
   the LM head: which token each layer would predict. A :class:`Lens`, with
   :meth:`Lens.table` (step, layer, top tokens, the chosen token's probability and rank) and
-  :meth:`Lens.plot` (layers x tokens).
+  :func:`genlab.plots.inside.lens_heatmap` (layers x tokens).
 * :func:`attention` -- for one generated token, every layer's and head's attention over the
   prompt and the tokens before it: an :class:`Attention`, with a long table, a layer x head
   summary (entropy, largest weight) and a heatmap.

@@ -26,7 +26,9 @@ class GenerationResult:
         sequences: (rows, prompt + new) token ids, the prompt included;
         prompt_length: the width of the (padded) prompt in ``sequences``;
         texts: the generated text of each row, without the prompt; ``text`` is the first;
-        tokens: the generated tokens of each row as shown to a person (genlab.tokens);
+        tokens: each row's generated tokens, each id decoded on its own
+            (``tokenizer.decode([id])``: spaces and newlines as they are;
+            :func:`genlab.tokens.shown` makes them visible);
         run: the :class:`~genlab.engine.Run` that produced it (step on, rewind, fork);
         trace: the recorded :class:`~genlab.trace.Trace` when ``trace=True``, else None.
 

@@ -236,7 +236,7 @@ class ModelSpec:
 
 
 def spec_of(lm) -> ModelSpec:
-    """What a worker needs to load ``lm`` again (its :attr:`~genlab.lm.LM.load_args`): the
+    """What a worker needs to load ``lm`` again (``lm.load_args``, which :func:`genlab.load` sets): the
     model spec :func:`worker_model` takes; a ValueError for a model object."""
     args = getattr(lm, "load_args", None)
     if not args:

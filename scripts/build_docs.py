@@ -1,4 +1,6 @@
-"""Build the API reference from the docstrings with pdoc; any pdoc warning is an error.
+"""Build the API reference from the docstrings with pdoc; any pdoc warning is an error,
+and so is a cross-reference (``:class:`...```, ``:meth:`...``` ...) that resolves to
+nothing (scripts/doc_refs.py), which pdoc would leave as plain text.
 
     python scripts/build_docs.py [OUTPUT_DIR]        # default build/docs (make docs)
 
@@ -32,6 +34,14 @@ def modules() -> list[str]:
 def main(out: str) -> int:
     warnings.simplefilter("error", UserWarning)  # pdoc's warnings are UserWarnings
     import pdoc
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from doc_refs import broken
+
+    bad = broken()
+    if bad:
+        print("Cross-references that resolve to nothing:", *bad, sep="\n  ", file=sys.stderr)
+        return 1
 
     names = modules()
     for name in names:

@@ -24,7 +24,8 @@ indices (new,) of the positions in ``value``, so that it can act at chosen posit
 act the same with and without the cache.
 
 The decoders run a point's code only when a hook or an observer listens there: a forward
-pass without hooks pays one ``is None`` test per layer.
+pass without hooks passes ``taps=None`` and skips every point's code (a few ``is None``
+tests per layer).
 """
 
 from __future__ import annotations

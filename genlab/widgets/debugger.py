@@ -81,7 +81,7 @@ LENGTH_FIELDS = ("max_new_tokens", "max_length")
 
 def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
     """One row per stage of ``step``: tokens kept and removed, the probability mass removed
-    (see :meth:`Trace.stage_summary`), and the top ``k`` tokens after the stage."""
+    (see :meth:`~genlab.trace.Trace.stage_summary`), and the top ``k`` tokens after the stage."""
     summary = trace.stage_summary(step, row=row)
     out = []
     for stage in summary.itertuples(index=False):
