@@ -33,7 +33,10 @@ from .render import message
 #: the text of a panel wraps at its width, and a panel never gets wider than its output;
 #: messages at 12 px (a projector); genlab's tables aligned as their cells even when a
 #: pandas DataFrame on the page brings ``.dataframe thead th {text-align: right}``;
-#: figures no wider than the panel; a disabled button greyed and dashed, not only dimmed
+#: figures no wider than the panel; a disabled button greyed and dashed, not only dimmed;
+#: a tab bar wraps its whole titles onto a second row in a narrow notebook (321 px, the
+#: file browser open at 768 px) instead of cutting them ("Waterfa"); a candidate the
+#: grammar forbids greyed and struck through
 FOCUS_CSS = """<style>
 .genlab-panel :focus-visible, .genlab-panel .genlab-section-header:focus {
   outline: 2px solid #1a73e8 !important; outline-offset: 1px; }
@@ -51,6 +54,14 @@ FOCUS_CSS = """<style>
 .genlab-panel .widget-image { max-width: 100%; height: auto; margin: 0; }
 .genlab-panel .widget-button:disabled { opacity: 0.45; background: #f3f3f3;
   color: #6b6b6b; border: 1px dashed #9a9a9a; box-shadow: none; }
+.genlab-panel .jupyter-widgets.jupyter-widget-tab > .lm-TabBar > .lm-TabBar-content {
+  flex-wrap: wrap; }
+.genlab-panel .jupyter-widgets.jupyter-widget-tab > .lm-TabBar .lm-TabBar-tab {
+  flex: 0 0 auto; min-width: fit-content; }
+.genlab-panel .jupyter-widgets.jupyter-widget-tab > .lm-TabBar .lm-TabBar-tabLabel {
+  overflow: visible; }
+.genlab-panel .genlab-masked { color: #8a8a8a; background: #eeeeee;
+  text-decoration: line-through; }
 </style>"""
 
 #: the largest seed torch takes (a seed is an unsigned 64-bit number there)

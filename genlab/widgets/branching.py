@@ -69,15 +69,17 @@ def result_text_html(result, position: int, lm) -> str:
 
 
 def continue_with(lm, prompt, *, chat: bool, seed, config, kept: Sequence[int], token,
-                  trace_depth: int = 10, tracer_class=None):  # fmt: skip
+                  trace_depth: int = 10, tracer_class=None,
+                  constraint: dict | None = None):  # fmt: skip
     """Generate from ``prompt`` taking the ids ``kept`` and then ``token`` (an id, a
     text: all of its tokens, or None: nothing more) before going on to the end under
-    ``config`` and ``seed``: a run of its own (what it continues from is left as it is).
+    ``config`` and ``seed`` (and ``constraint``: json_schema= / regex= / grammar=, as the
+    result it continues had): a run of its own (what it continues from is left as it is).
     Returns its GenerationResult."""
     from .live import start_run
 
     run = start_run(lm, prompt, chat=chat, seed=seed, config=config, trace_depth=trace_depth,
-                    tracer_class=tracer_class)  # fmt: skip
+                    tracer_class=tracer_class, constraint=constraint)  # fmt: skip
     kept = [int(i) for i in kept]
     ids = [*kept, token] if isinstance(token, int) else kept
     if ids:

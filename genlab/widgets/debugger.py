@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..config import GenerationConfig
 from ..engine import Run
+from ..grammar import GRAMMAR_ARGUMENTS
 from ..plots.tokens import candidates
 from ..tokens import piece_labels, running_pieces, show_token
 from .base import (
@@ -102,40 +103,99 @@ def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+#: what a candidate's tooltip says when the grammar stage removed it
+MASKED_TIP = (
+    "masked by the grammar stage: the run's json_schema / regex / grammar does not allow "
+    "this token here, so it cannot be chosen or forced"
+)
+
+
+def grammar_masked(trace, step: int, row: int = 0, k: int = 6) -> pd.DataFrame:
+    """The top ``k`` candidates of the stage just before ``grammar`` that the grammar
+    stage removed at ``step`` (token_id, token, prob before the mask, tip); empty for a
+    run without a grammar. Exact: a mask removes tokens and never reorders the others, so
+    an allowed token of the stage before keeps its rank or better in the grammar's top-k."""
+    names = list(trace.stage_summary(step, row=row).stage)
+    if "grammar" not in names or names.index("grammar") == 0:
+        return pd.DataFrame(columns=["token_id", "token", "prob", "tip"])
+    before = names[names.index("grammar") - 1]
+    allowed = trace.topk(step, row=row, stage="grammar")
+    allowed = set(allowed.token_id[allowed.prob > 0].astype(int))
+    top = candidates(trace, step, row=row, stage=before, k=k)
+    top = top[top.prob > 0]
+    return top[~top.token_id.astype(int).isin(allowed)].reset_index(drop=True)
+
+
+def masked_html(trace, step: int, row: int = 0, k: int = 6) -> str:
+    """The candidates the grammar stage removed at ``step`` as greyed, struck-through
+    marks (their probability before the mask; the tooltip says why), "" when it removed
+    none of the top ``k`` or the run has no grammar."""
+    gone = grammar_masked(trace, step, row=row, k=k)
+    if gone.empty:
+        return ""
+    marks = "".join(
+        f'<span class="genlab-masked" title="{html.escape(show_token(t))} '
+        f'p={prob_text(p)} before the mask{html.escape(chr(10) + MASKED_TIP)}" '
+        'style="color:#767676;background:#eeeeee;text-decoration:line-through;'
+        f'padding:1px 5px;margin:2px;border-radius:2px;display:inline-block">'
+        f"{html.escape(show_token(t))} {prob_text(p)}</span>"
+        for t, p in zip(gone.token, gone.prob, strict=True)
+    )
+    return (
+        '<div class="genlab-masked-row" style="overflow-wrap:anywhere">'
+        f"masked by the grammar stage: {marks}</div>"
+    )
+
+
 def waterfall_html(trace, step: int, row: int = 0, k: int = 6) -> str:
-    """The waterfall of one step as an HTML table (fast to draw, fits 768 px of output):
-    one row per stage with its full name (broken after "_" or "."), the tokens still
-    possible, the probability mass it removed, and the top ``k`` tokens still possible
-    after it, each over its probability and a bar of it (a long token wraps in its cell);
-    the chosen token in orange (shown even outside the top k)."""
+    """The waterfall of one step as an HTML table, its key columns first so that it reads
+    in a 321 px notebook (JupyterLab at 768 px with the file browser open; the rest
+    scrolls inside its box): one row per stage, its full name (broken after "_" or ".")
+    over the tokens still possible and the probability mass it removed, then the top
+    ``k`` tokens still possible after it, each over its probability and a bar of it (a
+    long token wraps in its cell); the chosen token in orange (shown even outside the top
+    k). In a constrained run, the tokens of the stages before ``grammar`` that the grammar
+    removes are greyed and struck through, their tooltip says why (:data:`MASKED_TIP`)."""
     summary = trace.stage_summary(step, row=row)
+    masked = set(grammar_masked(trace, step, row=row, k=k).token_id.astype(int))
+    names = list(summary.stage)
+    masking = names.index("grammar") if "grammar" in names else -1
     rows = []
     for i, st in enumerate(summary.itertuples(index=False)):
         top = candidates(trace, step, row=row, stage=st.stage, k=k)
         cells = []
-        for tok, p, chosen, tip in zip(top.token, top.prob, top.chosen, top.tip, strict=True):
-            colour = "#f28e2b" if chosen else "#9aa5b1"
+        for tid, tok, p, chosen, tip in zip(
+            top.token_id, top.token, top.prob, top.chosen, top.tip, strict=True
+        ):
+            gone = i < masking and int(tid) in masked
+            colour = "#f28e2b" if chosen else "#c8c8c8" if gone else "#9aa5b1"
             weight = "font-weight:bold;color:#8a4500;" if chosen else ""
+            if gone:
+                weight += "color:#767676;text-decoration:line-through;"
             note = "chosen: " if chosen else ""
             shown = html.escape(show_token(tok))
+            extra = html.escape(chr(10) + tip) if tip else ""
+            if gone:
+                extra += html.escape(chr(10) + MASKED_TIP)
+            cls = ' class="genlab-masked"' if gone else ""
             cells.append(
-                f'<td style="white-space:normal;overflow-wrap:break-word;max-width:8em;{weight}" '
-                f'title="{note}{shown} p={prob_text(p)}'
-                f'{html.escape(chr(10) + tip) if tip else ""}">'
+                f'<td{cls} style="white-space:normal;overflow-wrap:break-word;max-width:8em;'
+                f'{weight}" title="{note}{shown} p={prob_text(p)}{extra}">'
                 f"{shown}<br>{prob_text(p)}"
                 f'<div style="background:{colour};height:5px;width:{max(1, round(50 * p))}px">'
                 "</div></td>"
             )
-        removed = "" if i == 0 else prob_text(st.removed_mass)
+        removed = "" if i == 0 else f"<br>{prob_text(st.removed_mass)} removed"
         stage = html.escape(st.stage).replace("_", "_<wbr>").replace(".", ".<wbr>")
         rows.append(
-            f"<tr><td><b>{stage}</b></td><td class='genlab-num'>{st.tokens_kept:,}</td>"
-            f"<td class='genlab-num'>{removed}</td>{''.join(cells)}</tr>"
+            f"<tr><td><b>{stage}</b><div style='color:#555;font-size:85%'>"
+            f"{st.tokens_kept:,} left{removed}</div></td>{''.join(cells)}</tr>"
         )
     head = (
-        "<thead><tr><th>stage</th><th class='genlab-num'>tokens possible</th>"
-        f"<th class='genlab-num'>mass removed</th><th colspan='{k}'>"
-        "most likely tokens after the stage (orange: the chosen token)</th></tr></thead>"
+        "<thead><tr><th>stage: tokens left, mass removed</th>"
+        f"<th colspan='{k}'>most likely tokens after the stage (orange: the chosen token"
+        + ("; grey, struck through: masked by the grammar" if masked else "")
+        + ")</th></tr></thead>"
     )
     return (
         f'<div class="genlab-waterfall genlab-frame" style="overflow-x:auto;max-width:100%">'
@@ -202,10 +262,15 @@ class StepDebugger(LiveView):
         self.prompt = prompt
         self.chat = chat
         self._init_live(debounce=0.0, auto_update=False)
+        #: json_schema= / regex= / grammar= of lm.start (a ``grammar`` stage, whose
+        #: masked candidates the Current step tab greys)
+        self.constraint = {
+            name: config_kwargs.pop(name) for name in GRAMMAR_ARGUMENTS if name in config_kwargs
+        }
         cfg = initial_config(lm, config, **config_kwargs)
         run = start_run(
             lm, prompt, chat=chat, seed=seed, config=cfg, trace_depth=self.trace_depth,
-            keep_history=True,
+            keep_history=True, constraint=self.constraint,
         )  # fmt: skip
         self.runs: list[Run] = [run]
         self.run = run
@@ -286,7 +351,10 @@ class StepDebugger(LiveView):
             self.progress,
         )
         forcing = controls_row(self.candidates, self.token_box, self.take_button)
-        branching = self.alternative_row.row
+        #: a constrained run: the candidates the grammar stage removed, greyed (kept in
+        #: sight, not clickable) with a tooltip saying why
+        self.masked_view = widgets.HTML()
+        branching = widgets.VBox([self.alternative_row.row, self.masked_view])
         self.figure_box = scroll_box(self.waterfall_image)
         self.figure_note = widgets.HTML()
         self.tabs = widgets.Tab(
@@ -772,6 +840,7 @@ class StepDebugger(LiveView):
             self.waterfall_png = b""
             self.candidates.options = []
             self._show_alternatives([])
+            self.masked_view.value = ""
             return
         self.figure_note.value = ""
         self._show_tree()
@@ -793,6 +862,7 @@ class StepDebugger(LiveView):
             [(int(i), t, p) for t, p, i, c in zip(final.token, final.prob, final.token_id,
                                                   final.chosen, strict=True) if not c]
         )  # fmt: skip
+        self.masked_view.value = masked_html(trace, step, k=ALTERNATIVE_BUTTONS)
         self.waterfall_png = b""
         if self.tabs.selected_index == 1:
             self._show_figure()

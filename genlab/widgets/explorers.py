@@ -390,14 +390,24 @@ RULES = {
 }
 
 
+#: the Early stop table's columns, the decision first (it reads in a 533 px box; the
+#: step is in the tab's heading, the rule in words above the table)
+EARLY_COLUMNS = (
+    "done", "improvable", "best_possible", "worst_finished", "n_finished", "best_running",
+    "input_done", "generated_length",
+)  # fmt: skip
+
+
 def early_for_people(early: pd.DataFrame) -> pd.DataFrame:
-    """``trace.early_stop()`` rows as the Early stop tab shows them: the rule in words
-    (never "rule False"); -1e9 ("no finished hypothesis yet") reads "none yet"."""
+    """``trace.early_stop()`` rows as the Early stop tab shows them: the decision and the
+    scores it compares first (:data:`EARLY_COLUMNS`), the rule in words last (never
+    "rule False"); -1e9 ("no finished hypothesis yet") reads "none yet"."""
     shown = early.drop(columns=[c for c in ("batch",) if c in early.columns]).copy()
     if "rule" in shown.columns:
         shown["rule"] = [RULES.get(r, str(r)) if not isinstance(r, float) else str(r)
                          for r in shown.rule]  # fmt: skip
-    return shown
+    first = [c for c in EARLY_COLUMNS if c in shown.columns]
+    return shown[first + [c for c in shown.columns if c not in first]]
 
 
 def node_paths(tree: pd.DataFrame) -> dict[int, list[int]]:
@@ -591,10 +601,12 @@ class BeamExplorer(Explorer):
             f"<b>finished hypotheses after step {step}</b> (score = sum of log-probs / "
             "generated_length ** length_penalty)" + frame_html(self.pool)
         )
+        early = early_for_people(self.early)
+        rule = f" (early_stopping={early.rule.iloc[0]})" if len(early) and "rule" in early else ""
         self.early_view.value = (
-            f"<b>stopping decision after step {step}</b>: search goes on while the best "
-            "reachable score can still beat the worst kept hypothesis"
-            + frame_html(early_for_people(self.early))
+            f"<b>stopping decision after step {step}</b>{html.escape(rule)}: search goes on "
+            "while the best reachable score can still beat the worst kept hypothesis"
+            + frame_html(early.drop(columns=[c for c in ("step", "rule") if c in early]))
         )
         return self.candidates
 

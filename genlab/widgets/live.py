@@ -72,12 +72,14 @@ def start_run(
     trace_depth: int = 10,
     tracer_class=None,
     keep_history: bool = False,
+    constraint: dict | None = None,
 ) -> Run:
     """The one way a panel starts a run: a traced Run of ``lm`` on ``prompt`` with a
     private copy of ``config``, through :meth:`genlab.LM.start`; ``keep_history``
     for a run that rewinds and forks (the StepDebugger). Warnings of the set-up are kept
     in ``run.views.warnings``; ``trace_depth``: candidates the trace keeps per stage;
-    ``tracer_class`` replaces the Tracer."""
+    ``tracer_class`` replaces the Tracer; ``constraint``: ``json_schema=``, ``regex=`` or
+    ``grammar=`` of ``lm.start`` (a grammar stage in the run's waterfall)."""
     if isinstance(prompt, str) and not prompt.strip() and not chat:
         raise ValueError("prompt is empty: type some text to continue (or tick chat)")
     limits_of(lm).check(config)  # before anything is allocated
@@ -90,6 +92,7 @@ def start_run(
             seed=seed,
             keep_history=keep_history,
             generation_config=config.copy(),
+            **(constraint or {}),
         )
     if tracer_class is not None:
         run.attach_tracer(tracer_class(run, depth=trace_depth))

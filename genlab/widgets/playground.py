@@ -50,6 +50,16 @@ from .worker import Job
 #: how many alternatives of a token get a click-to-branch button
 BRANCH_BUTTONS = 5
 
+#: the schema the Playground's JSON-schema box starts with: a small record
+DEFAULT_SCHEMA = """{
+  "type": "object",
+  "properties": {
+    "city": {"type": "string"},
+    "population": {"type": "integer"}
+  },
+  "required": ["city", "population"]
+}"""
+
 
 class Playground(LiveView):
     """Prompt box, ConfigPanel, seed, and a live result (see the module docstring).
@@ -59,7 +69,11 @@ class Playground(LiveView):
     the starting settings (the model's defaults, 20 new tokens, unless given);
     auto_update: regenerate after every change; debounce: seconds of quiet before that;
     trace_depth: alternatives the trace keeps per step; run: generate once right away
-    (synchronously).
+    (synchronously); json_schema: a schema (a dict or JSON text) to constrain the answer
+    with from the start (the "constrain to this JSON schema" box is then ticked; unticked,
+    the box holds a small record's schema, :data:`DEFAULT_SCHEMA`). A schema that does not
+    compile (not JSON, an invalid schema, a pattern that is not a regular expression) is
+    refused under the box, with the engine's reason, and the last good result stays.
 
     For code and tests: ``update(sync=True)`` generates now and returns the result;
     ``wait()`` waits for a scheduled update; ``result`` (a GenerationResult), ``table``
@@ -88,6 +102,7 @@ class Playground(LiveView):
         debounce: float = 0.3,
         trace_depth: int = 10,
         run: bool = True,
+        json_schema: Any = None,
         **config_kwargs: Any,
     ) -> None:
         self.lm = lm
@@ -101,6 +116,7 @@ class Playground(LiveView):
             cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, limits=limits_of(lm)
         )
         self._init_prompt_inputs(prompt, chat, seed)
+        self._init_schema_box(json_schema)
         self.text_view = widgets.HTML(text_block("<i>no result yet</i>"))
         self.text_view.add_class("genlab-result")
         self.table_view = widgets.HTML()
@@ -135,7 +151,7 @@ class Playground(LiveView):
 
     def _layout(self, lm) -> list[widgets.Widget]:
         title = title_html("playground", lm)
-        options = widgets.HBox([self.chat_box, self.seed_box])
+        options = widgets.HBox([self.chat_box, self.seed_box, self.constrain_box])
         self.plots_note = widgets.HTML()
         plots = widgets.VBox(
             [
@@ -164,6 +180,8 @@ class Playground(LiveView):
             title,
             self.prompt_box,
             options,
+            self.schema_box,
+            self.schema_note,
             self.controls_row(),
             body,
         ]
@@ -193,10 +211,76 @@ class Playground(LiveView):
         parts += [png_html(self.probs_png, "probabilities"), png_html(self.topk_png, "top-k")]
         return f'<div class="genlab-static">{"".join(parts)}</div>'
 
+    # -- the JSON-schema box --------------------------------------------------------------
+    def _init_schema_box(self, json_schema: Any) -> None:
+        import json
+
+        text = json_schema if isinstance(json_schema, str) else (
+            DEFAULT_SCHEMA if json_schema is None else json.dumps(json_schema, indent=2)
+        )  # fmt: skip
+        self.constrain_box = widgets.Checkbox(
+            value=json_schema is not None, description="constrain to this JSON schema",
+            indent=False, layout=widgets.Layout(width="auto"),
+        )  # fmt: skip
+        self.schema_box = widgets.Textarea(
+            value=text, rows=7, continuous_update=False,
+            layout=widgets.Layout(width="auto", max_width="100%"),
+        )  # fmt: skip
+        self.schema_box.add_class("genlab-schema")
+        self.schema_note = widgets.HTML()
+        #: why the schema in the box was refused (None: it compiles, or the box is off)
+        self.schema_error: str | None = None
+        self._check_schema()
+        self.constrain_box.observe(self._schema_changed, names="value")
+        self.schema_box.observe(self._schema_changed, names="value")
+
+    def _check_schema(self) -> bool:
+        """Compile the box's schema (when ticked): True when it compiles; else its error is
+        shown under the box and kept in :attr:`schema_error`."""
+        self.schema_box.layout.display = None if self.constrain_box.value else "none"
+        self.schema_error = None
+        if self.constrain_box.value:
+            from ..grammar import compile_grammar
+
+            try:
+                compile_grammar(self.lm.tokenizer, json_schema=self.schema_box.value)
+            except (ValueError, TypeError, ImportError) as err:
+                self.schema_error = str(err).strip()
+        self.schema_note.value = (
+            message(
+                f"{self.schema_error.rstrip('.')}. Fix the schema (or untick the box) to "
+                "generate again. The last good result is still shown.",
+                "error",
+            )
+            if self.schema_error
+            else ""
+        )
+        return self.schema_error is None
+
+    def _schema_changed(self, change=None) -> None:
+        if self._check_schema():
+            self.on_input(change)
+
+    @property
+    def constraint(self) -> dict:
+        """What the next run is constrained by: ``{"json_schema": text}`` when the box is
+        ticked, else nothing (ValueError, the box's refusal, while its schema fails)."""
+        if not self.constrain_box.value:
+            return {}
+        if self.schema_error:
+            raise ValueError(self.schema_error)
+        return {"json_schema": self.schema_box.value}
+
     # -- LiveView ------------------------------------------------------------------------
     def compute(self, job: Job):
         """Generate for job, a token per step (see LiveView.drive); returns the result."""
-        return (yield from self.generate(job, self.panel.config, trace_depth=self.trace_depth))
+        constraint = self.constraint
+        self._constraint_used = constraint
+        return (
+            yield from self.generate(
+                job, self.panel.config, trace_depth=self.trace_depth, constraint=constraint
+            )
+        )
 
     def stream(self, run, job: Job) -> None:
         """Show the tokens ``run`` generated so far (called by the worker during ``job``)."""
@@ -258,7 +342,7 @@ class Playground(LiveView):
         branch = continue_with(
             self.lm, self.prompt_box.value, chat=self.chat_box.value, seed=self.seed,
             config=self.panel.config, kept=self.table.token_id[:position], token=token,
-            trace_depth=self.trace_depth,
+            trace_depth=self.trace_depth, constraint=getattr(self, "_constraint_used", None),
         )  # fmt: skip
         self.branches.append(branch)
         run = branch.run
