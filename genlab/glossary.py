@@ -31,7 +31,8 @@ inside a step). Rewinding restores the config that was in force at the step rewo
 it.
 
 **history** -- two things with distinct names: ``run.history`` is the list of
-:class:`~genlab.engine.Step` records, one per step (what happened); ``run.timeline``,
+:class:`~genlab.engine.Step` records of the steps taken by ``run.step()``, and by
+``run.run()`` when the run keeps a timeline (what happened); ``run.timeline``,
 the run's :class:`~genlab.history.Timeline` (``keep_history=True``, the default of every
 ``start``; ``generate`` keeps none), holds what :meth:`~genlab.engine.Run.rewind` needs,
 in linear memory. A widget's ``history()`` is a table of the Step records.
