@@ -5,9 +5,9 @@ runtime of torch's Linux wheels (GNU libgomp) lets a thread that waits at the en
 parallel region *spin* for a while (about 300,000 rounds, a few ms) before it sleeps. On a
 machine whose cores are also busy with other processes, a spinning thread burns the time
 slice that the thread it waits for needs: a decoding step has hundreds of parallel regions,
-and the demo ran 10 to 50 times slower beside two or three CPU-bound processes
-(``benchmarks/bench_busy.py``). Threads that sleep at once (``OMP_WAIT_POLICY=PASSIVE``)
-keep the speed there, but cost 1.4-1.6x a step on a quiet machine. libgomp reads its wait
+and the demo ran many times slower beside two or three CPU-bound processes. Threads that
+sleep at once (``OMP_WAIT_POLICY=PASSIVE``) keep the speed there, but slow every step on a
+quiet machine (benchmarks/README.md, "Figures behind the code"). libgomp reads its wait
 policy and ``GOMP_SPINCOUNT`` once, when torch loads; setting them afterwards does nothing,
 and most notebooks import torch before genlab.
 
