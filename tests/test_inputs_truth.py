@@ -19,7 +19,6 @@ import dataclasses
 import json
 import logging
 import shutil
-import time
 
 import pytest
 import torch
@@ -326,10 +325,8 @@ def test_absurd_config_sizes_fail_at_once_naming_the_field(
         config = json.loads((folder / "config.json").read_text())
         del config["n_layer"]
         (folder / "config.json").write_text(json.dumps(config))
-    start = time.perf_counter()
     with pytest.raises(ValueError, match=rf"config\.json.*{field}={value}") as info:
-        genlab.load(folder)
-    assert time.perf_counter() - start < 5  # milliseconds in fact; a loop over 10^9 takes minutes
+        genlab.load(folder)  # refused before any tensor is built (nothing_built)
     assert "1000000000" in str(info.value) or str(value) in str(info.value)
 
 

@@ -8,7 +8,6 @@ Models are hand-written TableLMs (instant, exact numbers)."""
 from __future__ import annotations
 
 import re
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -132,10 +131,9 @@ def test_a_huge_beam_count_from_code_is_refused_before_any_allocation(classic, m
 
     started = []
     monkeypatch.setattr(live, "start_run", lambda *a, **k: started.append(1))
-    t0 = time.perf_counter()
     with pytest.raises(ValueError, match=r"`num_beams` = 1000000000 is over \d+"):
         BeamExplorer(classic, "Hi", num_beams=10**9, max_new_tokens=3)
-    assert not started and time.perf_counter() - t0 < 5
+    assert not started  # refused before a run is started or any beam allocated
     gc.collect()  # the refused panel is closed by ipywidgets' __del__: no error (no worker yet)
 
 
