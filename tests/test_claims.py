@@ -302,7 +302,7 @@ NAMED = [
     ("13", "the self-drafter does not pay"),
     ("03", "typical-p may skip the favourite"),
     ("16", "processor.<ClassName>"),
-    ("21", "notebook 11 does the same"),
+    ("*_appendix_widget_tour", "notebook 11 does the same"),
     ("02", "greedy and beam search loop"),
     ("09", "so seeds differ"),
     ("04", "keeps too much on a peaked distribution"),
@@ -317,7 +317,8 @@ def _flat(text: str) -> str:
 
 @pytest.mark.parametrize("prefix,sentence", NAMED, ids=[f"{p}-{s[:24]}" for p, s in NAMED])
 def test_a_contradicted_sentence_is_gone_or_claimed(prefix, sentence):
-    found = sorted((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
+    pattern = prefix if "*" in prefix else f"{prefix}_*"
+    found = sorted((ROOT / "notebooks").glob(f"{pattern}.ipynb"))
     assert found, f"no lesson {prefix}"
     cells = json.loads(found[0].read_text(encoding="utf-8"))["cells"]
     unclaimed = []
