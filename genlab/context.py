@@ -1,4 +1,5 @@
-"""What a decoding strategy may see and do during one step: the :class:`StepContext`.
+"""How a run is read: the :class:`RunView` (``run.views``), and what a decoding strategy may
+see and do during one step: the :class:`StepContext`, that view plus a step's verbs.
 
 A strategy never receives the :class:`~genlab.engine.Run`. It gets this narrow view, made
 by the engine: read-only facts (the running sequences and mask, the effective config, the
@@ -8,12 +9,12 @@ operations a strategy needs:
 
 * :meth:`~StepContext.forward` -- the one place where the model runs during generation;
 * :meth:`~StepContext.process` -- the logits processors in order, with their hook points;
-* :meth:`~StepContext.criteria_met` -- the stopping criteria on given sequences (``Run.stop``, not a
-  strategy's, ends a run);
-* :meth:`~StepContext.has` / :meth:`~StepContext.fire` / :meth:`~StepContext.notify` -- the hook points a strategy adds, with
-  the registry's verbs (:mod:`genlab.hooks`): is anyone listening, pass a value through
-  the hooks then the observers (an extra stage ``processor.dola``, the
-  ``beam.candidates`` payload), show observers only;
+* :meth:`~StepContext.criteria_met` -- the stopping criteria on given sequences
+  (``Run.stop``, not a strategy's, ends a run);
+* :meth:`~StepContext.has` / :meth:`~StepContext.fire` / :meth:`~StepContext.notify` --
+  the hook points a strategy adds, with the registry's verbs (:mod:`genlab.hooks`): is
+  anyone listening, pass a value through the hooks then the observers (an extra stage
+  ``processor.dola``, the ``beam.candidates`` payload), show observers only;
 * :meth:`~StepContext.spawn` -- a nested run (assisted decoding's draft model).
 
 This module imports nothing from the engine; the engine passes itself in.
@@ -30,18 +31,85 @@ from .models.base import ModelOutput
 from .processors import call_processor, stage_name_of
 
 
-class StepContext:
-    """The strategies' view of a run (one per run; it reads the run's current state)."""
+class RunView:
+    """A run read-only: what it was given and what is in force now (``run.views``). The
+    strategies' :class:`StepContext` is this view plus the verbs of a step.
 
-    __slots__ = ("_run", "weights_memo")
+    Given at the start: :attr:`model`, :attr:`info`, :attr:`tokenizer`, :attr:`device`,
+    :attr:`input_ids`, :attr:`batch_size`, :attr:`prompt_length`, :attr:`streamer`,
+    :attr:`warnings`, :attr:`assistant_model`, :attr:`user_processors`. In force now:
+    :attr:`sequences`, :attr:`attention_mask`, :attr:`cache`, :attr:`step_index`,
+    :attr:`strategy`, :attr:`random`, and the plan's :attr:`gen_config`,
+    :attr:`processors`, :attr:`stopping_criteria`, :attr:`pad_token_id`,
+    :attr:`eos_token_ids`, :attr:`has_eos_stopping`.
+    """
+
+    __slots__ = ("_run",)
 
     def __init__(self, run) -> None:
         self._run = run
-        #: the weights' key the forward cache read in this call into the run
-        #: (genlab/forward_cache.py, "Never stale"); the run clears it at every call
-        self.weights_memo: dict = {}
 
-    # -- read-only facts ---------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._run!r})"
+
+    # -- given at the start ------------------------------------------------------------------
+    @property
+    def model(self):
+        """The genlab-protocol model (strategies use it for heads and draft models only;
+        the forward pass goes through :meth:`StepContext.forward`)."""
+        return self._run.given.model
+
+    @property
+    def info(self):
+        """The model's :class:`~genlab.models.base.ModelInfo`."""
+        return self._run.given.info
+
+    @property
+    def tokenizer(self):
+        """The tokenizer (or None)."""
+        return self._run.given.tokenizer
+
+    @property
+    def device(self) -> torch.device:
+        """Where the run's tensors live."""
+        return self._run.given.device
+
+    @property
+    def input_ids(self) -> torch.LongTensor:
+        """(batch, length) the prompt."""
+        return self._run.given.input_ids
+
+    @property
+    def batch_size(self) -> int:
+        """Number of prompts (rows before expansion for beams or several returns)."""
+        return self._run.given.batch_size
+
+    @property
+    def prompt_length(self) -> int:
+        """Tokens in the prompt (padding included)."""
+        return self._run.given.prompt_length
+
+    @property
+    def streamer(self):
+        """The streamer (or None)."""
+        return self._run.given.streamer
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Warnings raised while the run was set up."""
+        return self._run.given.warnings
+
+    @property
+    def assistant_model(self):
+        """The draft model given to generate (assisted decoding), or None."""
+        return self._run.given.assistant_model
+
+    @property
+    def user_processors(self):
+        """The logits processors the user passed to generate (draft runs get them too)."""
+        return self._run.given.user_processors
+
+    # -- in force now ------------------------------------------------------------------------
     @property
     def sequences(self) -> torch.LongTensor:
         """(rows, length) prompt plus generated tokens."""
@@ -58,41 +126,38 @@ class StepContext:
         return self._run.state.cache
 
     @property
-    def gen_config(self):
-        """The config in force at this step (lengths resolved for the prompt), as
-        ``run.views.gen_config``; ``run.config`` is the user's editable one."""
-        return self._run.state.plan.config
-
-    @property
     def step_index(self) -> int:
         """Index of the step being computed (0 for the first generated token)."""
         return self._run.state.step_index
 
     @property
-    def prompt_length(self) -> int:
-        """Tokens in the prompt (padding included)."""
-        return self._run.given.prompt_length
+    def strategy(self):
+        """The decoding strategy in force."""
+        return self._run.state.strategy
 
     @property
-    def batch_size(self) -> int:
-        """Number of prompts (rows before expansion for beams or several returns)."""
-        return self._run.given.batch_size
+    def random(self):
+        """The run's :class:`~genlab.randomness.RunRandom`: every random draw of a strategy
+        comes from it (the run's own generator; the global one only for plain generate
+        calls without a seed, as in the reference)."""
+        return self._run.random
 
     @property
-    def device(self) -> torch.device:
-        """Where the run's tensors live."""
-        return self._run.given.device
+    def gen_config(self):
+        """The config in force at this step (lengths resolved for the prompt);
+        ``run.config`` is the user's editable one."""
+        return self._run.state.plan.config
 
     @property
-    def info(self):
-        """The model's :class:`~genlab.models.base.ModelInfo`."""
-        return self._run.given.info
+    def processors(self):
+        """The run's LogitsProcessorList (:meth:`StepContext.process` runs them with their
+        hook points)."""
+        return self._run.state.plan.processors
 
     @property
-    def model(self):
-        """The genlab-protocol model (strategies use it for heads and draft models only;
-        the forward pass goes through :meth:`forward`)."""
-        return self._run.given.model
+    def stopping_criteria(self):
+        """The run's StoppingCriteriaList (:meth:`StepContext.criteria_met` applies it)."""
+        return self._run.state.plan.stopping_criteria
 
     @property
     def pad_token_id(self) -> int | None:
@@ -109,32 +174,18 @@ class StepContext:
         """True when an EOS stopping criterion is active (finished rows get padding)."""
         return self._run.state.plan.has_eos_stopping
 
-    @property
-    def assistant_model(self):
-        """The draft model given to generate (assisted decoding), or None."""
-        return self._run.given.assistant_model
 
-    @property
-    def user_processors(self):
-        """The logits processors the user passed to generate (draft runs get them too)."""
-        return self._run.given.user_processors
+class StepContext(RunView):
+    """The strategies' view of a run: :class:`RunView` plus the verbs of a step (one per
+    run; it reads the run's current state)."""
 
-    @property
-    def stopping_criteria(self):
-        """The run's StoppingCriteriaList (call :meth:`criteria_met` to apply it)."""
-        return self._run.state.plan.stopping_criteria
+    __slots__ = ("weights_memo",)
 
-    @property
-    def random(self):
-        """The run's :class:`~genlab.randomness.RunRandom`: every random draw of a strategy
-        comes from it (the run's own generator; the global one only for plain generate
-        calls without a seed, as in the reference)."""
-        return self._run.random
-
-    @property
-    def processors(self):
-        """The run's LogitsProcessorList (call :meth:`process` to get the hook points)."""
-        return self._run.state.plan.processors
+    def __init__(self, run) -> None:
+        super().__init__(run)
+        #: the weights' key the forward cache read in this call into the run
+        #: (genlab/forward_cache.py, "Never stale"); the run clears it at every call
+        self.weights_memo: dict = {}
 
     # -- operations ---------------------------------------------------------------------------
     def forward(
@@ -261,4 +312,4 @@ class StepContext:
         return as_model(model)
 
 
-__all__ = ["StepContext", "call_processor"]
+__all__ = ["RunView", "StepContext", "call_processor"]

@@ -37,7 +37,7 @@ from .branches import fork_parts
 from .caches import compiled_forward
 from .config import prepare_config
 from .config.generation import INCONSISTENT
-from .context import StepContext
+from .context import RunView, StepContext
 from .grammar import GRAMMAR_ARGUMENTS, check_forced, with_grammar
 from .history import Timeline, needs_replay
 from .hooks import HookRegistry, warn_unheard
@@ -60,7 +60,7 @@ from .result import GenerationResult
 from .state import RunState, Undo, initial_state
 from .strategies import Selection, strategy_for
 
-__all__ = ["Run", "RunViews", "Step", "as_model", "generate", "prepare_config", "start"]
+__all__ = ["Run", "RunView", "Step", "as_model", "generate", "prepare_config", "start"]
 
 
 #: the calls into a run that compute (the others edit or read it)
@@ -96,53 +96,6 @@ def _set_up_warnings(fn):
 # ----------------------------------------------------------------------------------------
 # the run
 # ----------------------------------------------------------------------------------------
-def _view(path: str, doc: str) -> property:
-    """A read-only property showing ``self.<path>`` (a part of the run), documented."""
-    names = path.split(".")
-
-    def get(self):
-        value = self
-        for name in names:
-            value = getattr(value, name)
-        return value
-
-    get.__name__, get.__doc__ = names[-1], doc
-    return property(get)
-
-
-class RunViews:
-    """Read-only views of a run's parts, in one place (``run.views``): what it was given
-    (``run.given``: model, info, tokenizer, device, input_ids, batch_size, streamer,
-    warnings) and what is in force now (``run.state``: attention_mask, cache, strategy,
-    and the plan's gen_config, pad_token_id, eos_token_ids, processors,
-    stopping_criteria)."""
-
-    __slots__ = ("run",)
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-
-    model = _view("run.given.model", "The genlab-protocol model.")
-    info = _view("run.given.info", "The model's ModelInfo.")
-    tokenizer = _view("run.given.tokenizer", "The tokenizer (or None).")
-    device = _view("run.given.device", "Where the run's tensors live.")
-    input_ids = _view("run.given.input_ids", "(batch, length) the prompt.")
-    batch_size = _view("run.given.batch_size", "Number of prompts.")
-    streamer = _view("run.given.streamer", "The streamer (or None).")
-    warnings = _view("run.given.warnings", "Warnings raised at the start.")
-    pad_token_id = _view("run.state.plan.pad_token_id", "Padding id in use (the config in force).")
-    eos_token_ids = _view("run.state.plan.eos_token_ids", "EOS ids, a list (the config in force).")
-    attention_mask = _view("run.state.attention_mask", "(rows, length).")
-    cache = _view("run.state.cache", "The KV cache.")
-    strategy = _view("run.state.strategy", "The decoding strategy.")
-    gen_config = _view("run.state.plan.config", "The effective config (lengths resolved).")
-    processors = _view("run.state.plan.processors", "The logits processors in force.")
-    stopping_criteria = _view("run.state.plan.stopping_criteria", "The stopping criteria.")
-
-    def __repr__(self) -> str:
-        return f"RunViews({self.run!r})"
-
-
 class Run:
     """A generation in progress: step it, force tokens, rewind, fork, edit its config.
 
@@ -221,7 +174,8 @@ class Run:
         self.timeline: Timeline | None = None
         self._output = None
         self._returned_nodes = None  # beam search's winners, named when the output is built
-        self._ctx = StepContext(self)
+        self._ctx = StepContext(self)  # the strategies' view, with a step's verbs
+        self._view = RunView(self)  # the user's (run.views), the same properties
         self._lock = threading.Lock()  # one caller at a time (see _exclusive)
         self._owner: int | None = None  # the thread holding the lock
         self._stepping = False  # inside a step (its hooks, processors, criteria, streamer)
@@ -676,16 +630,32 @@ class Run:
         return None
 
     # -- what a user reads most; the rest: run.views -------------------------------------------
-    sequences = _view("state.sequences", "(rows, length) all tokens, the prompt included.")
-    step_index = _view("state.step_index", "Steps taken so far.")
-    prompt_length = _view("given.prompt_length", "Prompt tokens (the width of the prompt).")
-    mode = _view("state.plan.mode", "The generation mode's name.")
+    @property
+    def sequences(self) -> torch.LongTensor:
+        """(rows, length) all tokens, the prompt included."""
+        return self.state.sequences
 
     @property
-    def views(self) -> RunViews:
-        """Read-only views of the run's parts (:class:`RunViews`): ``run.views.cache``,
-        ``run.views.gen_config``, ``run.views.tokenizer`` ..."""
-        return RunViews(self)
+    def step_index(self) -> int:
+        """Steps taken so far."""
+        return self.state.step_index
+
+    @property
+    def prompt_length(self) -> int:
+        """Prompt tokens (the width of the prompt)."""
+        return self.given.prompt_length
+
+    @property
+    def mode(self) -> str:
+        """The generation mode's name."""
+        return self.state.plan.mode
+
+    @property
+    def views(self) -> RunView:
+        """The run read-only (:class:`~genlab.context.RunView`, the view its strategy's
+        step context extends): ``run.views.cache``, ``run.views.gen_config``,
+        ``run.views.tokenizer`` ..."""
+        return self._view
 
     # -- the step --------------------------------------------------------------------------------
     def _step(self, want_record: bool) -> Step | None:

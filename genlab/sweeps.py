@@ -236,8 +236,9 @@ class ModelSpec:
 
 
 def spec_of(lm) -> ModelSpec:
-    """What a worker needs to load ``lm`` again (``lm.load_args``, which :func:`genlab.load` sets): the
-    model spec :func:`worker_model` takes; a ValueError for a model object."""
+    """What a worker needs to load ``lm`` again (``lm.load_args``, which
+    :func:`genlab.load` sets): the model spec :func:`worker_model` takes; a ValueError for a
+    model object."""
     args = getattr(lm, "load_args", None)
     if not args:
         raise ValueError(

@@ -22,7 +22,7 @@ def test_the_glossary_names_what_the_code_uses():
     text = glossary.__doc__
     names = {  # each name the glossary gives, and where the code has it
         "run.step_index": genlab.Run,
-        "run.views.gen_config": genlab.engine.RunViews,
+        "run.views.gen_config": genlab.context.RunView,
         "finished_by": genlab.Run,
         "ctx.criteria_met": StepContext,
         "ctx.gen_config": StepContext,

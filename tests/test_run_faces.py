@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import genlab
-from genlab.engine import RunViews
+from genlab.context import RunView, StepContext
 
 PROMPT = torch.tensor([[1, 5, 17, 33, 8]])
 
@@ -64,9 +64,12 @@ def test_result_is_the_runs_own(demo):
 
 def test_views_are_grouped_and_the_run_shows_what_a_user_needs(hf_llama):
     run = genlab.start(hf_llama, PROMPT, max_new_tokens=4)
-    views = [n for n in dir(RunViews) if not n.startswith("_") and n != "run"]
-    for name in views:  # each view reads the part it names, and the run has no second road
-        assert not hasattr(run, name), name
+    views = [n for n in dir(RunView) if not n.startswith("_")]
+    for name in views:  # a name the run shows too reads the same part: one road
+        if hasattr(run, name):
+            assert getattr(run, name) is getattr(run.views, name), name
+    # the strategies' step context is that view plus a step's verbs, not a second view
+    assert issubclass(StepContext, RunView) and not hasattr(run.views, "forward")
     assert run.views.cache is run.state.cache and run.views.gen_config is run.state.plan.config
     assert run.views.model is run.given.model
 

@@ -18,11 +18,11 @@ Everything is a tensor over (batch, beams) or (batch, K); there is no per-beam P
 With ``trace=True`` (or a ``beam.candidates`` hook) every candidate is reported with its
 fate (a :class:`~genlab.stepdata.BeamStep`); the hook observes (its return value is ignored).
 
-Steering: ``run.force(token)`` extends every running beam with the token at the next step
-(the engine calls :meth:`BeamSearch.force`); ``length_penalty``, ``early_stopping`` and ``max_length`` may
-change between steps, ``num_beams`` and ``num_return_sequences`` may not. A ``select`` hook
-that replaces tokens changes the sequences only (the beam scores stay those of the chosen
-candidates): use ``run.force`` to steer a beam search.
+Steering: ``run.force(token)`` extends every running beam with the token at the next
+step (the engine calls :meth:`BeamSearch.force`); ``length_penalty``, ``early_stopping``
+and ``max_length`` may change between steps, ``num_beams`` and ``num_return_sequences``
+may not. A ``select`` hook that replaces tokens changes the sequences only (the beam
+scores stay those of the chosen candidates): use ``run.force`` to steer a beam search.
 
 Example::
 

@@ -13,8 +13,8 @@ groups just chose for the same input and is penalised for repeating them::
     stop when every (input, group) is done or the stopping criteria hold for every row
 
 The selection has to happen inside :meth:`GroupBeamSearch.process` (the penalty of a group
-depends on the choices of the earlier ones); :meth:`GroupBeamSearch.select` commits it. A ``scores`` hook
-therefore observes the recorded scores but cannot change this step's choice, and
+depends on the choices of the earlier ones); :meth:`GroupBeamSearch.select` commits it. A
+``scores`` hook therefore observes the recorded scores but cannot change this step's choice, and
 ``processor.<label>`` hooks fire once per group with that group's rows (B * S, vocab).
 
 Kept as the reference does it (they change outputs):
