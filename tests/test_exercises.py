@@ -332,7 +332,7 @@ def stated_options(ex: Exercise) -> list[str]:
                 and not any(names(sentence, r) for r in rivals)
                 and any(s in sentence for s in subjects)
             ):
-                found.append(f"cell {j} states {options}: {sentence[:100]!r}")
+                found.append(f"cell {j} states {options}: {sentence[-160:]!r}")
     return found
 
 
