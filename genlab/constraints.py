@@ -36,6 +36,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from .ids import is_token_id
+
 __all__ = [
     "Constraint",
     "PhrasalConstraint",
@@ -50,8 +52,9 @@ _MAX_TEST_STEPS = 10_000
 
 
 def _is_token_id(value: Any) -> bool:
-    """True for a non-negative Python int (the reference accepts bools, as ints)."""
-    return isinstance(value, int) and value >= 0
+    """A non-negative token id (:func:`genlab.ids.is_token_id`: never a bool; the
+    reference's ``isinstance(value, int)`` would take ``True`` as id 1)."""
+    return is_token_id(value) and int(value) >= 0
 
 
 def _require_int(name: str, value: Any) -> None:

@@ -6,9 +6,40 @@ builder; imports nothing from the rest of genlab.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
+
+
+def is_token_id(value: Any) -> bool:
+    """A token id: an integer (Python's or numpy's, or a one-element integer tensor), never
+    a ``bool`` (``True`` is id 1 to Python, and always a mistake here). The sign is left to
+    the caller (a negative EOS id is the reference's business, a negative constraint id is
+    refused).
+
+    >>> is_token_id(3), is_token_id(True), is_token_id(torch.tensor(3)), is_token_id(3.0)
+    (True, False, True, False)
+    """
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and not value.is_floating_point() and value.dtype != torch.bool
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_id_list(value: Any, *, allow_empty: bool = False) -> bool:
+    """A row of token ids: a 1-D integer tensor, or a list or tuple of :func:`is_token_id`
+    values, all non-negative; empty only with ``allow_empty``.
+
+    >>> is_id_list([5, 6]), is_id_list([5, True]), is_id_list([]), is_id_list([[5]])
+    (True, False, False, False)
+    """
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1 or value.is_floating_point() or value.dtype == torch.bool:
+            return False
+        return (allow_empty or value.numel() > 0) and bool((value >= 0).all())
+    if not isinstance(value, (list, tuple)) or (not value and not allow_empty):
+        return False
+    return all(is_token_id(v) and int(v) >= 0 for v in value)
 
 
 def eos_token_ids(eos: Any) -> list[int]:

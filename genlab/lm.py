@@ -24,6 +24,7 @@ import torch
 
 from .engine import Run, as_model
 from .forward_cache import DEFAULT_MAX_BYTES, ForwardCache
+from .ids import is_id_list
 from .inputs import prompt_from_mapping, prompt_ids
 from .result import GenerationResult
 from .tokens import shown
@@ -387,21 +388,15 @@ def _prompt_from_keywords(prompt, config: dict):
         ids, mask = prompt_from_mapping(prompt, mask)  # a mask given twice is refused
         return {"input_ids": ids, "attention_mask": mask}
     if isinstance(prompt, str) or (
-        isinstance(prompt, (list, tuple)) and prompt and not _is_id_list(prompt)
+        isinstance(prompt, (list, tuple))
+        and prompt
+        and not (is_id_list(prompt) or all(is_id_list(row) for row in prompt))
     ):
         raise ValueError(
             "attention_mask= goes with token ids; a text or chat prompt gets its mask from the "
             "tokenizer: drop attention_mask=, or pass input_ids= with it"
         )
     return {"input_ids": prompt, "attention_mask": mask}
-
-
-def _is_id_list(prompt) -> bool:
-    """Whether a list prompt holds token ids (ints, or rows of ints / tensors)."""
-    first = prompt[0]
-    if isinstance(first, (list, tuple)):
-        first = first[0] if first else 0
-    return isinstance(first, (int, torch.Tensor)) and not isinstance(first, bool)
 
 
 def _tokenize(tok, texts: list[str], **kwargs) -> dict:

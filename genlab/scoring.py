@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from .ids import is_id_list
 from .tokens import shown
 
 
@@ -84,7 +85,7 @@ def _encode_texts(lm, text, context, chat, system) -> tuple[list[list[int]], lis
         return [c + s for c, s in zip(ctx, seqs, strict=True)], [max(1, len(c)) for c in ctx]
     if isinstance(text, list) and text and all(isinstance(t, int) for t in text):
         return _encode_texts(lm, torch.tensor(text), context, chat, system)
-    if isinstance(text, list) and text and all(_is_id_list(t) for t in text):
+    if isinstance(text, list) and text and all(is_id_list(t) for t in text):
         ctx = _context_ids(lm, context, chat, system, len(text))  # a ragged batch of ids
         seqs = [c + [int(x) for x in t] for c, t in zip(ctx, text, strict=True)]
         return seqs, [max(1, len(c)) for c in ctx]
@@ -133,12 +134,6 @@ def _ids(encoding) -> list[int]:
     if ids and isinstance(ids[0], list):
         ids = ids[0]
     return [int(x) for x in ids]
-
-
-def _is_id_list(t) -> bool:
-    if isinstance(t, torch.Tensor):
-        return t.dim() == 1
-    return isinstance(t, list) and bool(t) and all(isinstance(x, int) for x in t)
 
 
 def _context_ids(lm, context, chat, system, rows: int) -> list[list[int]]:

@@ -19,7 +19,6 @@ Example::
 
 from __future__ import annotations
 
-import numbers
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 
 from genlab.config import GenerationConfig
+from genlab.ids import is_token_id
 
 __all__ = [
     "StoppingCriteria",
@@ -42,10 +42,6 @@ __all__ = [
     "validate_stopping_criteria",
     "token_strings",
 ]
-
-
-def _is_token_id(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _full(input_ids: torch.Tensor, value: bool) -> torch.BoolTensor:
@@ -153,8 +149,9 @@ class EosTokenCriteria(StoppingCriteria):
         if isinstance(eos_token_id, torch.Tensor):
             ids = eos_token_id.reshape(-1).long()
         else:
-            values = [eos_token_id] if _is_token_id(eos_token_id) else list(eos_token_id)
-            if not values or not all(_is_token_id(i) for i in values):
+            iterable = isinstance(eos_token_id, (list, tuple))
+            values = list(eos_token_id) if iterable else [eos_token_id]
+            if not values or not all(is_token_id(i) for i in values):
                 raise ValueError(
                     "`eos_token_id` must be an int, a non-empty list of ints or a tensor, "
                     f"got {eos_token_id!r}."

@@ -26,6 +26,7 @@ import torch
 
 from ..checks import is_int as _is_int
 from ..checks import is_real as _is_real
+from ..ids import is_id_list
 
 STATIC_CACHE_IMPLEMENTATIONS = ("static", "offloaded_static")
 DEPRECATED_STATIC_CACHE_IMPLEMENTATIONS = (
@@ -353,13 +354,6 @@ def _flat_ids(value: Any) -> list:
     return out
 
 
-def _is_id_list(value: Any, *, allow_empty: bool) -> bool:
-    items = _as_id_list(value)
-    if items is None or (not items and not allow_empty):
-        return False
-    return all(_is_int(i) and i >= 0 for i in items)
-
-
 _INT_RE = re.compile(r"-?\d+")
 
 
@@ -432,10 +426,10 @@ def _check_force_words_ids(value: Any) -> None:
     if not items:
         raise _bad("force_words_ids", value, expected)
     for word in items:
-        if _is_id_list(word, allow_empty=False):
+        if is_id_list(word, allow_empty=False):
             continue
         alternatives = _as_id_list(word)
-        if not alternatives or not all(_is_id_list(a, allow_empty=False) for a in alternatives):
+        if not alternatives or not all(is_id_list(a, allow_empty=False) for a in alternatives):
             raise _bad("force_words_ids", value, expected)
 
 
@@ -449,7 +443,7 @@ def _check_exponential_decay(value: Any) -> None:
 
 
 def _check_dola_layers(value: Any) -> None:
-    if value in ("low", "high") or _is_id_list(value, allow_empty=False):
+    if value in ("low", "high") or is_id_list(value, allow_empty=False):
         return
     raise _bad("dola_layers", value, "'low', 'high' or a non-empty list of layer indices")
 
@@ -586,15 +580,15 @@ def check_spec_value(
         if not all(isinstance(s, str) and s for s in items):
             raise _bad(name, value, spec.describe(), "Empty strings cannot be stop strings.")
     elif kind == "token_ids":
-        if not _is_id_list(value, allow_empty=True):
+        if not is_id_list(value, allow_empty=True):
             raise _bad(name, value, spec.describe())
     elif kind == "token_id_lists":
         items = _as_id_list(value)
-        if not items or not all(_is_id_list(x, allow_empty=False) for x in items):
+        if not items or not all(is_id_list(x, allow_empty=False) for x in items):
             raise _bad(name, value, spec.describe())
     elif kind == "token_id_or_ids":
         is_one = _is_int(value) and value >= 0
-        if not (is_one or _is_id_list(value, allow_empty=False)):
+        if not (is_one or is_id_list(value, allow_empty=False)):
             raise _bad(name, value, spec.describe())
     elif kind == "mapping":
         normalize_sequence_bias(value, name)
