@@ -322,7 +322,7 @@ PINNED = [
     ("01_", "the end-of-turn `<|im_end|>` (0.77)", "<|im_end|>   -0.258  0.773"),
     ("02_", "-0.872 against -1.243", "-1.243"),
     ("02_", "-3.82", "-3.82"),
-    ("03_", "`[2]`: step 2 is the only step whose entropy (5.16 nats)", "5.158"),
+    ("03_", "is the only step whose entropy (5.158 nats)", "5.158"),
     ("04_", "(p = 0.069)", "('␣and', 0.069)"),
     ("04_", "must keep about 20,000 tokens", "20000"),
     ("04_", "(mean log-prob -10.60 per token", "-10.60"),
@@ -337,22 +337,27 @@ PINNED = [
     ("12_", "3.83", "tokens per model pass: 3.83"),
     ("12_", "about 1.85 predicted", "predicted 1.85"),
     ("12_", '" apples" 0.318 and " Apples" 0.316', "apples 0.318, Apples 0.316"),
-    ("12_", "over the 29 tested tokens is 0.28", "the 29 tested tokens: 0.28; accepted: 0.38"),
-    ("12_", "11 of them were accepted", "(11 of 29 tested)"),
-    ("12_", "accepted / *drafted* (11 / 39)", "39 drafted, 11 accepted (acceptance rate 28%)"),
+    (
+        "12_",
+        "its mean (0.28) and the share accepted (0.38)",
+        "the 29 tested tokens: 0.28; accepted: 0.38",
+    ),
+    ("12_", "drafted 39 tokens but tested only 29", "(11 of 29 tested)"),
+    ("12_", "the acceptance rate, 28 %", "39 drafted, 11 accepted (acceptance rate 28%)"),
     ("12_", "19 passes for 30 tokens, against greedy's 23", "19 model passes for 30 tokens"),
     ("14_", "9 of the 44 steps", "9 of 44"),
     ("15_", "-0.688 per token at γ = 1", "-0.688"),
     ("15_", "-4.626 at γ = 5", "-4.626"),
     ("15_", "0.928 with the default negative, 0.825", "('␣smiled', 0.928)"),
-    ("16_", "2, 6, 5 and 4 tokens at steps 1, 2, 3 and 5", "[1, 2, 6, 5, 1, 4]"),
+    ("16_", "up to 12 tokens at the last step", "[1, 1, 3, 2, 6, 12]"),
+    ("16_", '" Paris" rises from 0.773 to 0.955', "0.773 raw, 0.955 at temperature 0.7"),
     ("18_", "fourth at layer 27 (rank 3)", "0.048"),
     ("19_", "137 nats for layer 29", "136.9"),
     ("19_", "(0.15 nats)", "0.155"),
     ("05_", "at T = 0.5 distinct-2 is 0.42", "0.416"),
     ("05_", "It rises to 0.96 at T = 1.5", "0.955"),
     ("14_", "0.2 (the texts are below)", "alpha 0.2: ' said, \"Lad"),
-    ("15_", "about 3.9 nats per token lower", "-4.626"),
+    ("15_", "3.9 nats per token lower", "drop from γ = 1 to γ = 5: 3.9"),
     ("16_", "`20`: the stages", "tokens kept at the end: 20"),
     ("22_", "keeps its last\nvalid value, 1.0", "temperature kept: 1.0"),
     (
@@ -360,15 +365,16 @@ PINNED = [
         "`temperature=0.0` with `do_sample=False` is accepted",
         "greedy: None | temperature: 0.0",
     ),
-    ("10_", "saying nothing has log-probability about -16.2", "empty answer: log p = -16.2"),
+    ("10_", "saying nothing has log-probability -16.2", "empty answer: log p = -16.2"),
+    ("10_", "scores -12.4 (below), higher than both", "16-beam answer (30 tokens): log p = -12.4"),
     (
         "10_",
-        "39 tokens (its end-of-turn token included) about -24.2",
+        "39 tokens (its end-of-turn token included) -24.2",
         "(39 tokens): log p = -24.2",
     ),
     ("10_", "the second already 0.019", "0.019"),
     ("10_", "0.73 at the tenth; per token, from 0.40 to 0.94", "0.733"),
-    ("10_", "the **4th** repetition (p(phrase) 0.102", "0.102"),
+    ("10_", "the **7th** repetition (p(phrase) 0.295, after 0.206", "0.295"),
     ("10_", "sample **5** again (0.138", "0.138"),
     ("17_", "**10**: the ten digit tokens", "-> 10 tokens allowed"),
     ("17_", "by far: 0.85", "0.85 ' smiled."),
@@ -381,7 +387,7 @@ PINNED = [
         "(4.83 tokens per pass, 23 of its 40 drafted tokens accepted)",
         "4.83 tokens per pass; 23 of 40 drafted tokens accepted",
     ),
-    ("12_", "faster than greedy in every run", "prompt lookup            median"),
+    ("12_", "prompt lookup is faster than greedy in the table", "prompt lookup            median"),
 ]
 
 
@@ -753,16 +759,16 @@ def test_03_typical_p_drops_the_favourite_exactly_at_the_uncertain_steps():
     assert "(steps 1, 2, 4, 9 and 10)" in prose
 
 
-def test_13_says_the_int4_self_drafter_does_not_pay_with_the_benchmarks_figures():
-    # issue 38: a drafter that really speeds up the demo, measured; the int4 self-drafter's
-    # figures in the prose are the ones benchmarks/README.md measured on a quiet machine
+def test_13_says_the_int4_self_drafter_pays_little_as_the_benchmarks_measured():
+    # issue 38: a drafter that really speeds up the demo, measured; issue 47: the prose no
+    # longer says "does not pay" above a stored speed-up of x1.14 (timings vary by run, and
+    # a busy machine gave x1.55); "barely more tokens per second" is what
+    # benchmarks/README.md measured on a quiet machine (x1.15)
     path = _notebook("13_")
     prose = _flat(_prose(path))
-    assert "**On this CPU the self-drafter does not pay.**" in prose
+    assert "**Whether the self-drafter pays depends on the machine.**" in prose
     bench = _flat((ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8"))
-    assert "0.88 times float32's speed at 6.4 tokens per float32 pass" in prose
-    assert "| 0.88 |" in bench and "6.4 tokens per float32 forward pass" in bench
-    assert "generates 1.15 times as many tokens per second as float32" in prose
+    assert "int4 and int8 generate barely more tokens per second than float32" in prose
     assert '| genlab int4 (`quantization="int4"`, the file\'s Q4_1 blocks) | 38.1 | 1.15 |' in bench
     # both drafters raced against plain greedy on the same prompt, in the same process, by
     # the median of alternated repeats; the timings are not compared by nbval
