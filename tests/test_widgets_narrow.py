@@ -93,6 +93,8 @@ def test_the_playgrounds_schema_box_refuses_in_place_and_keeps_the_last_good_res
     pg = Playground(demo, "A city as JSON:", max_new_tokens=12, debounce=0.0)
     assert not pg.constrain_box.value and pg.schema_box.value == DEFAULT_SCHEMA
     assert pg.schema_box.layout.display == "none" and pg.constraint == {}
+    assert pg.constrain_box in pg.options_row.children  # the switch beside chat and seed,
+    assert pg.options_row.layout.flex_flow == "row wrap"  # on a line of its own at 321 px
     pg.constrain_box.value = True
     pg.wait()
     assert pg.schema_box.layout.display is None and pg.error is None
@@ -117,3 +119,17 @@ def test_the_playgrounds_schema_box_refuses_in_place_and_keeps_the_last_good_res
     pg.wait()
     assert pg.schema_note.value == "" and pg.version == version + 1
     assert pg.result.text.startswith("{")
+
+
+def test_the_settings_header_wraps_whole_pieces_in_a_narrow_notebook():
+    from genlab import GenerationConfig
+    from genlab.widgets import ConfigPanel
+
+    panel = ConfigPanel(GenerationConfig(max_new_tokens=20))
+    header = next(
+        c for c in panel.children if hasattr(c, "children") and panel.preset in c.children
+    )
+    assert header.layout.flex_flow == "row wrap"  # it squeezed "Generatio / n settings"
+    assert panel.preset.layout.flex == panel.reset_button.layout.flex == "0 0 auto"
+    title = header.children[0]
+    assert "Generation settings" in title.value and title.layout.flex == "0 1 auto"

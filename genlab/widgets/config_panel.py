@@ -318,14 +318,22 @@ class ConfigPanel(widgets.VBox):
         self.save_button.on_click(lambda _: self._file_action(self.save))
         self.file_status = widgets.HTML()
         self.notes_label = widgets.HTML()
+        # a row that wraps (a 321 px notebook: the title, the preset and Reset whole, the
+        # mode on the next line), each piece at its own width, never broken inside a word
+        self.reset_button.layout.flex = "0 0 auto"
+        self.preset.layout.flex = "0 0 auto"
         header = widgets.HBox(
             [
-                widgets.HTML(f"<b>{html.escape(title)}</b>"),
+                widgets.HTML(
+                    f"<b>{html.escape(title)}</b>", layout=widgets.Layout(flex="0 1 auto")
+                ),
                 self.preset,
                 self.reset_button,
                 self.mode_label,
-            ]
+            ],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
+        self.mode_label.layout = widgets.Layout(flex="0 1 auto")
         self.file_status.layout = widgets.Layout(flex="1 1 240px", min_width="0")
         files = widgets.HBox(  # a long message wraps below; the buttons keep their width
             [self.path, self.load_button, self.save_button, self.file_status],

@@ -151,7 +151,11 @@ class Playground(LiveView):
 
     def _layout(self, lm) -> list[widgets.Widget]:
         title = title_html("playground", lm)
-        options = widgets.HBox([self.chat_box, self.seed_box, self.constrain_box])
+        options = widgets.HBox(  # wraps: the schema box's switch whole at 321 px
+            [self.chat_box, self.seed_box, self.constrain_box],
+            layout=widgets.Layout(flex_flow="row wrap"),
+        )
+        self.options_row = options
         self.plots_note = widgets.HTML()
         plots = widgets.VBox(
             [

@@ -60,7 +60,7 @@ ALL_RAN = f"""() => {{ const p = [...document.querySelectorAll('{PROMPTS}')];
   return p.length > 0 && p.every(e => /\\[\\d+\\]/.test(e.textContent)); }}"""
 PG = ".genlab-playground"
 RESULT = f"{PG} .genlab-result"
-DBG = ".genlab-debugger"
+DBG = ".genlab-debugger:not(.genlab-grammar-debugger)"  # (the constrained one apart)
 SLIDER = f"{PG} .genlab-field-max_new_tokens"
 TEXT_FALLBACKS = ("Playground(", "VBox(", "ConfigPanel(", "StepDebugger(", "BeamExplorer(")
 PANELS = {
@@ -72,6 +72,7 @@ PANELS = {
     "watermark_explorer": ".genlab-watermark-explorer",
     "lens_view": ".genlab-lens-view",
     "sweep_view": ".genlab-sweep-view",
+    "grammar_debugger": ".genlab-grammar-debugger",  # issue 46: a run under a JSON schema
 }
 KERNEL_READY = """() => {
   const app = window.jupyterapp; if (!app) return 'no app';
@@ -403,6 +404,15 @@ def debugger(page, res: dict) -> None:
     res["step_latencies"] = [round(x, 3) for x in latencies]
     # the status and the waterfall name the same step (the status said "step 4" where the
     # waterfall said "step 3"); the waterfall table fits 768 px
+    try:  # the status and the waterfall arrive as two messages: wait for the second
+        wait_for(page, """([w, s]) => {
+            const a = /\\bstep (\\d+) \\(/.exec(document.querySelector(s).innerText);
+            const b = /^step (\\d+):/.exec(document.querySelector(w).parentElement
+                                           .innerText.trim());
+            return a && b && a[1] === b[1]; }""", arg=[water, f"{DBG} .genlab-status"],
+                 timeout=10_000)  # fmt: skip
+    except Exception:
+        pass  # (recorded below: the check fails)
     shown = page.evaluate("(sel) => document.querySelector(sel).parentElement.innerText", water)
     res["step_numbers"] = [
         re.findall(r"\bstep (\d+) \(", sel_text(page, f"{DBG} .genlab-status"))[:1],
@@ -908,6 +918,113 @@ MISSING_GLYPHS = """(sels) => {
   return {checked: chars.join(''), missing: [...new Set(out)]}; }"""
 
 
+# issue 50 item 7: tab titles cut (a label narrower than its text, or a tab past the
+# panel's right edge), over every visible tab bar of the panels; and how many were seen
+TABS_CUT = """(sels) => { const out = []; let seen = 0;
+  for (const root of sels.flatMap(s => [...document.querySelectorAll(s)])) {
+    const right = root.getBoundingClientRect().right;
+    for (const t of root.querySelectorAll('.lm-TabBar-tab')) {
+      if (t.offsetParent === null) continue; seen++;
+      const l = t.querySelector('.lm-TabBar-tabLabel') || t;
+      if (l.scrollWidth > l.clientWidth + 1 || t.getBoundingClientRect().right > right + 1)
+        out.push(l.textContent.trim() + ' (' + Math.round(l.clientWidth) + ' of ' +
+                 l.scrollWidth + ' px)'); } }
+  return {seen, cut: out}; }"""
+# the waterfall's key columns (the stage with its counts, the first token) inside the
+# visible part of its box, and the box inside the panel
+KEY_COLUMNS = """(sel) => { const root = document.querySelector(sel);
+  const f = [...root.querySelectorAll('.genlab-waterfall')].find(e => e.offsetParent !== null);
+  if (!f) return null; const box = f.getBoundingClientRect();
+  const cells = [...f.querySelector('tbody tr').children].slice(0, 2)
+    .map(c => Math.round(c.getBoundingClientRect().right - box.left));
+  return {box: f.clientWidth, key_right: cells,
+          in_view: cells.length === 2 && cells.every(r => r <= f.clientWidth + 1) &&
+                   box.right <= root.getBoundingClientRect().right + 1}; }"""
+# the Early stop table's first columns, and whether the decision (done, improvable) is in
+# the visible part of its box
+EARLY_FIRST = """(sel) => { const root = document.querySelector(sel);
+  const f = [...root.querySelectorAll('.genlab-frame')].find(e => e.offsetParent !== null &&
+      [...e.querySelectorAll('th')].some(h => h.innerText.trim() === 'done'));
+  if (!f) return null; const left = f.getBoundingClientRect().left;
+  const heads = [...f.querySelectorAll('thead th')];
+  const key = heads.filter(h => ['done', 'improvable'].includes(h.innerText.trim()));
+  return {box: f.clientWidth, table: Math.round(f.querySelector('table')
+            .getBoundingClientRect().width),
+          first: heads.slice(0, 2).map(h => h.innerText.trim()),
+          in_view: key.length === 2 && key.every(h =>
+            h.getBoundingClientRect().right - left <= f.clientWidth + 1)}; }"""
+# issue 46: the candidates the grammar stage removed, as the constrained debugger shows
+# them: how many, struck through and grey, with the reason in their tooltip
+MASKED = """(sel) => { const m = [...document.querySelectorAll(sel + ' .genlab-masked')]
+    .filter(e => e.offsetParent !== null);
+  const grey = (e) => { const c = getComputedStyle(e).color.match(/\\d+/g).map(Number);
+    return Math.max(...c) - Math.min(...c) < 16 && c[0] > 80; };
+  return {shown: m.length,
+          struck: m.filter(e => getComputedStyle(e).textDecorationLine.includes('line-through')
+                               && grey(e)).length,
+          why: m.filter(e => (e.title || '').includes('masked by the grammar stage')).length,
+          text: m.slice(0, 3).map(e => e.innerText)}; }"""
+
+
+def tall_shot(page, selector: str, path: Path) -> None:
+    """A screenshot of a whole panel taller than the window: the window made tall enough
+    for it (else JupyterLab's menu and toolbar cover its top), then as it was."""
+    viewport = page.viewport_size
+    panel = page.locator(selector).first
+    height = panel.bounding_box()["height"]
+    if height + 300 > viewport["height"]:
+        page.set_viewport_size({"width": viewport["width"], "height": int(height + 400)})
+        page.wait_for_timeout(500)
+    panel.scroll_into_view_if_needed()
+    panel.screenshot(path=str(path))
+    page.set_viewport_size(viewport)
+    page.wait_for_timeout(300)
+
+
+def schema_box(page, res: dict, shots: Path) -> None:
+    """Issue 46: the Playground constrained by its JSON-schema box (the default schema),
+    then a schema with a pattern that is not a regular expression: refused under the box
+    with the engine's reason, nothing generated, the last good result kept; unticked."""
+    page.locator(PG).first.scroll_into_view_if_needed()
+    idle = "() => !document.querySelector('.genlab-playground').classList.contains('genlab-busy')"
+    tick = page.locator(f"{PG} .widget-checkbox:has-text('constrain to this JSON schema') input")
+    before = sel_text(page, RESULT)
+    tick.first.check()
+    wait_for(page, "([sel, old]) => { const e = document.querySelector(sel);"
+             " return e.innerText !== old && e.innerText.includes('{'); }",
+             arg=[RESULT, before], timeout=90_000)  # fmt: skip
+    wait_for(page, idle, timeout=60_000)
+    good = sel_text(page, RESULT)
+    res["schema_good_result"] = good[:120]
+    box = page.locator(f"{PG} .genlab-schema textarea").first
+    box.fill('{"type": "object", "properties": {"city": {"type": "string", "pattern": "([a-z"}}}')
+    box.press("Tab")  # (the box commits when it loses the focus)
+    try:
+        wait_for(page, "(sel) => /cannot be compiled/.test(document.querySelector(sel)"
+                 ".innerText)", arg=PG, timeout=30_000)  # fmt: skip
+    except Exception:
+        pass
+    page.wait_for_timeout(1500)  # (a run the refusal failed to stop would start here)
+    note = page.evaluate(
+        """(sel) => { const box = document.querySelector(sel + ' .genlab-schema');
+          const err = [...document.querySelectorAll(sel + ' .genlab-error')]
+            .find(e => /cannot be compiled/.test(e.innerText) && e.offsetParent !== null);
+          if (!err) return {text: '', under_box: false};
+          const b = box.getBoundingClientRect(), r = err.getBoundingClientRect();
+          return {text: err.innerText, under_box: r.top >= b.bottom - 1 && r.top - b.bottom < 40,
+                  width: Math.round(r.width)}; }""",
+        PG,
+    )
+    res["schema_refusal"] = {**note, "result_kept": sel_text(page, RESULT) == good}
+    tall_shot(page, PG, shots / "lecture_playground_schema_refusal.png")
+    tick.first.uncheck()
+    page.wait_for_timeout(1000)
+    try:
+        wait_for(page, idle, timeout=60_000)
+    except Exception:
+        pass
+
+
 def lecture(page, res: dict, shots: Path) -> None:
     """Issue 50 at a 768 px window: a refused max_new_tokens wraps under its controls
     (it was one letter per line), table headers stay aligned beside a pandas DataFrame,
@@ -994,7 +1111,21 @@ def lecture(page, res: dict, shots: Path) -> None:
     ).all_inner_texts()
     page.locator(f"{root} .genlab-field-xtc_probability").first.scroll_into_view_if_needed()
     page.locator(root).first.screenshot(path=str(shots / "lecture_config_panel_xtc.png"))
-    # 4. the file browser open (a 321 px notebook): recorded, and a screenshot
+    # 4. BeamExplorer's Early stop decision first; the constrained debugger's greyed
+    #    candidates; the Playground's JSON-schema box refusing a bad schema in place
+    root = PANELS["beam_explorer"]
+    page.locator(root).first.scroll_into_view_if_needed()
+    tab(page, root, "Early stop")
+    res["early_first"] = page.evaluate(EARLY_FIRST, root)
+    tall_shot(page, root, shots / "lecture_beam_explorer_early_stop.png")
+    root = PANELS["grammar_debugger"]
+    page.locator(root).first.scroll_into_view_if_needed()
+    res["grammar_masked"] = page.evaluate(MASKED, root)
+    tall_shot(page, root, shots / "lecture_grammar_debugger.png")
+    safe(lambda: schema_box(page, res, shots), res, "schema box")
+    # 5. the file browser open (a ~321 px notebook): every tab title whole, the waterfall's
+    #    stage and first token in view (the rest scrolls in its box), the Early stop
+    #    decision first; screenshots
     page.evaluate("() => window.jupyterapp.shell.expandLeft()")
     page.wait_for_timeout(800)
     res["lecture_output_width_browser_open"] = page.evaluate(
@@ -1002,8 +1133,31 @@ def lecture(page, res: dict, shots: Path) -> None:
         ".getBoundingClientRect().width)"
     )
     res["overflow_browser_open"] = {n: page.evaluate(OVERFLOW, s) for n, s in PANELS.items()}
+    res["narrow_tabs"] = page.evaluate(TABS_CUT, list(PANELS.values()))
     page.locator(DBG).first.scroll_into_view_if_needed()
+    tab(page, DBG, "Current step")
+    res["narrow_waterfall"] = page.evaluate(KEY_COLUMNS, DBG)
     page.screenshot(path=str(shots / "lecture_file_browser_open.png"))
+    tall_shot(page, DBG, shots / "narrow_step_debugger.png")
+    root = PANELS["beam_explorer"]
+    page.locator(root).first.scroll_into_view_if_needed()
+    res["narrow_early_first"] = page.evaluate(EARLY_FIRST, root)
+    tall_shot(page, root, shots / "narrow_beam_explorer_early_stop.png")
+    tab(page, root, "Beam tree")
+    tall_shot(page, PANELS["grammar_debugger"], shots / "narrow_grammar_debugger.png")
+    page.locator(SLIDER).first.scroll_into_view_if_needed()
+    box = page.locator(SLIDER).first.locator("input").last
+    box.fill("1e9")
+    box.press("Enter")
+    try:
+        wait_for(page, "(sel) => document.querySelector(sel).innerText.includes('8,192')",
+                 arg=SLIDER, timeout=15_000)  # fmt: skip
+    except Exception:
+        pass
+    tall_shot(page, PG, shots / "narrow_playground_refusal.png")
+    box.fill("24")
+    box.press("Enter")
+    page.wait_for_timeout(1000)
     page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
 
 
@@ -1157,6 +1311,22 @@ def main() -> int:
         in str(res.get("xtc_greedy_note")),
         "mirostat modes named": "2: Mirostat 2.0"  # (a dropdown's spaces are no-break)
         in [o.replace("\xa0", " ") for o in res.get("mirostat_options", [])],
+        "321 px notebook: every tab title whole": 250 <= res.get(
+            "lecture_output_width_browser_open", 0) <= 400
+        and res.get("narrow_tabs", {}).get("seen", 0) >= 10 and not res["narrow_tabs"]["cut"],
+        "321 px notebook: the waterfall's stage and first token in view": bool(
+            (res.get("narrow_waterfall") or {}).get("in_view")),
+        "the Early stop decision reads first in its box": all(
+            (res.get(k) or {}).get("in_view") and res[k]["first"] == ["done", "improvable"]
+            for k in ("early_first", "narrow_early_first")),
+        "candidates the grammar forbids shown greyed, with why": (res.get(
+            "grammar_masked") or {}).get("shown", 0) >= 2
+        and res["grammar_masked"]["struck"] == res["grammar_masked"]["shown"]
+        == res["grammar_masked"]["why"],
+        "a bad JSON schema refused under its box, last result kept": bool(
+            (res.get("schema_refusal") or {}).get("under_box"))
+        and res["schema_refusal"]["result_kept"] and "regex" in res["schema_refusal"]["text"]
+        and "{" in str(res.get("schema_good_result")),
     }  # fmt: skip
     res["step_latency_p50"] = lat[len(lat) // 2]
     res["step_latency_p90"] = lat[min(len(lat) - 1, int(0.9 * len(lat)))]
