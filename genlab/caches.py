@@ -26,6 +26,7 @@ these calls.)
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 
@@ -166,3 +167,22 @@ def make_cache(model, rows: int, config, mode: str | None = None, has_assistant:
     if hf is not None and (mode in _PLAIN_DYNAMIC_MODES or impl == "dynamic_full"):
         return model.new_cache(rows, sliding=False)
     return model.new_cache(rows)
+
+
+def cache_checkpoint(cache) -> Any:
+    """A token from which :func:`cache_restore` rebuilds the cache as it is now."""
+    if cache is None:
+        return None
+    if hasattr(cache, "checkpoint"):
+        return cache.checkpoint()
+    return ("length", cache.length())
+
+
+def cache_restore(cache, token) -> None:
+    """Put ``cache`` back to :func:`cache_checkpoint`'s ``token``."""
+    if cache is None or token is None:
+        return
+    if isinstance(token, tuple) and len(token) == 2 and token[0] == "length":
+        cache.crop(token[1])
+        return
+    cache.restore(token)

@@ -31,8 +31,9 @@ from .branches import shared_objects
 from .caches import make_cache
 from .hooks import HookRegistry
 from .plan import Plan, config_values, make_plan
+from .processors.base import is_stateful
 from .randomness import RandomMark
-from .state import RECORDED, STATEFUL_PROCESSORS
+from .state import RECORDED
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Entry:
 def needs_replay(run) -> bool:
     """Whether rewinding ``run`` must replay: beam rows reorder the cache in place, and some
     processors keep state of their own."""
-    stateful = any(type(p).__name__ in STATEFUL_PROCESSORS for p in run.state.plan.processors)
+    stateful = any(is_stateful(p) for p in run.state.plan.processors)
     return run.state.strategy.reorders_rows or stateful
 
 
@@ -219,7 +220,7 @@ def _memo(seen: dict, obj, make):
 def _fresh_plan(run, init: Entry) -> Plan:
     """The plan a replay starts from: the first one, or a new one where processors keep
     state between steps (they must start over)."""
-    if not any(type(p).__name__ in STATEFUL_PROCESSORS for p in init.plan.processors):
+    if not any(is_stateful(p) for p in init.plan.processors):
         return init.plan
     saved = run.config
     run.config = copy.deepcopy(init.config)

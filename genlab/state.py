@@ -16,25 +16,20 @@ back exactly as it was.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from .caches import compiled_forward, make_cache
+from .caches import cache_checkpoint, cache_restore, compiled_forward, make_cache
 from .inputs import Given
 from .plan import Plan, forward_route
+from .processors.base import is_stateful
 from .randomness import RunRandom
 from .strategies import strategy_for
 
 #: the per-step output lists a run records (scores, raw logits, attentions, hidden states)
 RECORDED = ("scores", "logits", "attentions", "cross", "hidden")
-#: processors that keep state between steps (restored on undo; rewinding them replays)
-STATEFUL_PROCESSORS = (
-    "UnbatchedClassifierFreeGuidanceLogitsProcessor",
-    "SynthIDTextWatermarkLogitsProcessor",
-)
 
 
 @dataclass
@@ -98,54 +93,17 @@ def initial_state(run, plan: Plan, ctx, random: RunRandom | None = None) -> RunS
 # ----------------------------------------------------------------------------------------
 # checkpoints of caches and stateful processors
 # ----------------------------------------------------------------------------------------
-def cache_checkpoint(cache) -> Any:
-    """A token from which :func:`cache_restore` rebuilds the cache as it is now."""
-    if cache is None:
-        return None
-    if hasattr(cache, "checkpoint"):
-        return cache.checkpoint()
-    return ("length", cache.length())
-
-
-def cache_restore(cache, token) -> None:
-    """Put ``cache`` back to :func:`cache_checkpoint`'s ``token``."""
-    if cache is None or token is None:
-        return
-    if isinstance(token, tuple) and len(token) == 2 and token[0] == "length":
-        cache.crop(token[1])
-        return
-    cache.restore(token)
-
-
 def processor_states(processors) -> list[tuple[Any, dict]] | None:
-    """The state of every stateful processor (shallow copies; caches checkpointed)."""
-    out = None
-    for p in processors or ():
-        if type(p).__name__ not in STATEFUL_PROCESSORS:
-            continue
-        saved = {}
-        for k, v in vars(p).items():
-            if hasattr(v, "length") and hasattr(v, "crop"):  # a KV cache
-                saved[k] = (v, cache_checkpoint(v))
-            elif isinstance(v, (torch.Tensor, torch.nn.Module)) or k == "model":
-                saved[k] = v
-            else:
-                saved[k] = copy.copy(v)
-        out = (out or []) + [(p, saved)]
-    return out
+    """The state of every stateful processor (``stateful = True``: its
+    :meth:`~genlab.processors.base.LogitsProcessor.get_state`), or None if none keeps any."""
+    out = [(p, p.get_state()) for p in processors or () if is_stateful(p)]
+    return out or None
 
 
 def restore_processor_states(states) -> None:
     """Put the processors of :func:`processor_states` back as they were."""
     for p, saved in states or ():
-        values = {}
-        for k, v in saved.items():
-            if isinstance(v, tuple) and len(v) == 2 and hasattr(v[0], "crop"):
-                cache_restore(v[0], v[1])
-                v = v[0]
-            values[k] = v
-        vars(p).clear()
-        vars(p).update(values)
+        p.set_state(saved)
 
 
 # ----------------------------------------------------------------------------------------
@@ -190,13 +148,10 @@ class Undo:
 
 __all__ = [
     "RECORDED",
-    "STATEFUL_PROCESSORS",
     "Given",
     "Plan",
     "RunState",
     "Undo",
-    "cache_checkpoint",
-    "cache_restore",
     "initial_state",
     "processor_states",
     "restore_processor_states",

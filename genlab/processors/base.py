@@ -14,6 +14,7 @@ as transformers does, so transformers' own processor objects work unchanged.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import types
@@ -38,6 +39,11 @@ WARPER_NAMES = frozenset(
 )
 
 
+def is_stateful(processor) -> bool:
+    """True for a processor that keeps state between steps (``stateful = True``)."""
+    return bool(getattr(processor, "stateful", False))
+
+
 class LogitsProcessor:
     """Base class of genlab's processors.
 
@@ -56,6 +62,39 @@ class LogitsProcessor:
     stage_name: ClassVar[str] = "processor"
     is_warper: ClassVar[bool] = False
     shown: ClassVar[tuple[str, ...]] = ()
+    #: True for a processor that keeps state between steps (a KV cache of its own, a
+    #: watermark's context): a step's undo saves it with :meth:`get_state` and puts it back
+    #: with :meth:`set_state`, and rewinding a run that holds one replays its steps
+    stateful: ClassVar[bool] = False
+
+    def get_state(self) -> dict:
+        """What :meth:`set_state` needs to put this processor back as it is now: each
+        attribute, shallow-copied (tensors and modules as they are, a KV cache with a
+        checkpoint)."""
+        from ..caches import cache_checkpoint
+
+        saved = {}
+        for k, v in vars(self).items():
+            if hasattr(v, "length") and hasattr(v, "crop"):  # a KV cache
+                saved[k] = (v, cache_checkpoint(v))
+            elif isinstance(v, (torch.Tensor, torch.nn.Module)) or k == "model":
+                saved[k] = v
+            else:
+                saved[k] = copy.copy(v)
+        return saved
+
+    def set_state(self, state: dict) -> None:
+        """Put back what :meth:`get_state` returned."""
+        from ..caches import cache_restore
+
+        values = {}
+        for k, v in state.items():
+            if isinstance(v, tuple) and len(v) == 2 and hasattr(v[0], "crop"):
+                cache_restore(v[0], v[1])
+                v = v[0]
+            values[k] = v
+        vars(self).clear()
+        vars(self).update(values)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         raise NotImplementedError(

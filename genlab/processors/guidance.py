@@ -123,6 +123,7 @@ class UnbatchedClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
     >>> guided = cfg(input_ids, logits)  # (rows, vocab) log-probs  # doctest: +SKIP
     """
 
+    stateful = True  # the unconditional prompt's own KV cache, one step behind the run
     stage_name = "cfg"
     shown = ("guidance_scale", "use_cache")
 

@@ -149,9 +149,15 @@ def synthid_tournament(scores: torch.FloatTensor, g_values: torch.LongTensor) ->
     ``p <- p * (1 + g - sum(g * p))``; returns log p with non-finite entries set to the
     dtype's lowest value. (batch, vocab).
     """
+    return _tournament(scores, lambda layer: g_values[:, :, layer], g_values.shape[2])
+
+
+def _tournament(scores: torch.FloatTensor, g_of_layer, depth: int) -> torch.Tensor:
+    """:func:`synthid_tournament` with each layer's g-values (batch, vocab) from
+    ``g_of_layer(layer)``: the same numbers, without holding every layer's at once."""
     probs = torch.softmax(scores, dim=1)
-    for layer in range(g_values.shape[2]):
-        g = g_values[:, :, layer]  # (batch, vocab)
+    for layer in range(depth):
+        g = g_of_layer(layer)  # (batch, vocab)
         g_mass = (g * probs).sum(dim=1, keepdim=True)  # (batch, 1)
         probs = probs * (1 + g - g_mass)
     log_probs = torch.log(probs)
@@ -173,6 +179,8 @@ class SynthIDTextWatermarkLogitsProcessor(LogitsProcessor):
     >>> proc(torch.tensor([[1, 2]]), torch.zeros(1, 5)).shape
     torch.Size([1, 5])
     """
+
+    stateful = True  # its context history and mask state advance every step
 
     # its stage label in hook points, traces and plots (watermarking_config turns it on)
     stage_name: ClassVar[str] = "synthid_watermark"
@@ -232,13 +240,18 @@ class SynthIDTextWatermarkLogitsProcessor(LogitsProcessor):
 
         Returns ``(g_values (batch, vocab, depth), context_hash (batch,))``.
         """
+        with_token, context_hash = self._candidate_hashes(context, vocab_size)
+        hashes = _keyed(with_token, self.keys)  # (batch, vocab, depth)
+        return _gvalues_from_hashes(hashes, self.sampling_table), context_hash
+
+    def _candidate_hashes(self, context: torch.LongTensor, vocab_size: int):
+        """(hash of context + each next token (batch, vocab), context hash (batch,))."""
         batch = context.shape[0]
         ones = torch.ones(batch, dtype=torch.long, device=self.device)
         context_hash = synthid_hash(ones, context)  # (batch,)
         candidates = torch.arange(vocab_size, device=self.device)  # (vocab,)
         with_token = synthid_hash(context_hash[:, None], candidates[None, :, None])  # (b, v)
-        hashes = _keyed(with_token, self.keys)  # (batch, vocab, depth)
-        return _gvalues_from_hashes(hashes, self.sampling_table), context_hash
+        return with_token, context_hash
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor):
         if input_ids.dim() != 2:
@@ -249,8 +262,16 @@ class SynthIDTextWatermarkLogitsProcessor(LogitsProcessor):
         state = self._advance(input_ids, batch)
         if self.skip_first_ngram_calls and state.num_calls < self.ngram_len:
             return scores
-        g_values, context_hash = self.candidate_gvalues(state.context, vocab)
-        watermarked = synthid_tournament(scores, g_values)  # (batch, vocab)
+        # one key's g-values at a time: all of them are (batch, vocab, depth) int64, 94 MB
+        # for 8 rows of 49,152 tokens and 30 keys, several times over while hashing
+        # (benchmarks/README.md, issue 44); the same integers, the same tournament
+        with_token, context_hash = self._candidate_hashes(state.context, vocab)
+        keys, table = self.keys, self.sampling_table
+
+        def g_of_layer(layer: int) -> torch.LongTensor:
+            return _gvalues_from_hashes(_keyed(with_token, keys[layer : layer + 1]), table)[..., 0]
+
+        watermarked = _tournament(scores, g_of_layer, len(keys))  # (batch, vocab)
         context_hash = context_hash[:, None]  # (batch, 1)
         repeated = (state.context_history == context_hash).any(dim=1, keepdim=True)
         state.context_history = torch.cat([context_hash, state.context_history], dim=1)[:, :-1]
