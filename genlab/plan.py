@@ -210,7 +210,8 @@ def check_row_layout(old, cls, plan: Plan, old_plan: Plan) -> None:
 
 def switch_strategy(old, cls, plan: Plan, old_plan: Plan, ctx):
     """The strategy for a new generation mode between steps, or a ValueError (raised before
-    anything changed) naming the field and saying why.
+    anything changed) naming the field and saying why. The caller has run
+    :func:`check_row_layout` already (the engine does, for every config change).
 
     Token-by-token modes (greedy, sampling, contrastive, DoLa, assisted / prompt lookup /
     early exit) hand over which rows are finished; beam search and beam sampling hand over
@@ -218,8 +219,7 @@ def switch_strategy(old, cls, plan: Plan, old_plan: Plan, ctx):
     mean different things (start a new run, or fork before changing the mode).
     """
     family_old, family_new = old.family, cls.family
-    if family_old == family_new == "token":
-        check_row_layout(old, cls, plan, old_plan)
+    if family_old == family_new == "token":  # the caller checked the row layout
         old.leave(ctx)
         new = cls(plan.config)
         new.start(ctx)

@@ -92,19 +92,10 @@ def activations(
     registry = HookRegistry()
     registry.bind(model)
     got: dict[str, torch.Tensor] = {}
-    removers = []
-    try:
-        for name in names:
-            removers.append(
-                registry.observe(name, lambda p, v, s: got.__setitem__(p, v.detach().clone()))
-            )
-        for name, fns in (hooks or {}).items():
-            for fn in fns if isinstance(fns, (list, tuple)) else [fns]:
-                removers.append(registry.add(name, fn))
+    for name in names:  # a registry of this call's own: nothing to remove afterwards
+        registry.observe(name, lambda p, v, s: got.__setitem__(p, v.detach().clone()))
+    with registry.temporary(hooks):
         run_tapped(model, seq.ids, registry)
-    finally:
-        for remove in reversed(removers):
-            remove()
     return {name: got[name] for name in names}
 
 
