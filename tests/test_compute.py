@@ -270,3 +270,46 @@ def test_lm_reward_is_the_mean_log_prob_after_the_template(demo):
     other = compute.lm_reward(demo, "Q: Which city is the capital of Australia? A:")
     assert other(" Canberra.") != pytest.approx(judge(" Canberra."))
     assert judge("") == float("-inf")
+
+
+@pytest.fixture(scope="module")
+def native():
+    """The tiny model as genlab's own decoder (a KVCache: what a prefill can fill)."""
+    from genlab.models.architectures import build_decoder
+
+    hf = tiny_llama(0, eos_token_id=3)
+    return genlab.LM(build_decoder(hf.config.to_dict(), hf.state_dict()))
+
+
+def test_each_prompt_is_prefilled_once_in_one_row(native, monkeypatch):
+    """coverage_curve computes each task's prompt (but its last token) once, in one row; every
+    pass of a batch of samples then takes one token a row."""
+    passes = []
+    model_class = type(native.model)
+    forward = model_class.forward
+
+    def counting(self, input_ids, **kwargs):
+        passes.append(tuple(input_ids.shape))
+        return forward(self, input_ids, **kwargs)
+
+    monkeypatch.setattr(model_class, "forward", counting)  # the class: the model stays plain
+    two = [(PROMPT, lambda text: True), (torch.tensor([[2, 9, 4, 7, 8]]), lambda text: True)]
+    cov = genlab.coverage_curve(native, two, ns=(1, 4), n=12, batch_size=4, max_new_tokens=3,
+                                seed=0, greedy=False, bootstrap=10, votes=5)  # fmt: skip
+    assert len(cov.samples) == 24
+    prefills = [shape for shape in passes if shape[0] == 1]
+    assert prefills == [(1, 3), (1, 4)]  # one per task, the prompt less its last token
+    batch_passes = [shape for shape in passes if shape[0] > 1]
+    assert batch_passes and all(shape == (4, 1) for shape in batch_passes)
+    assert len(batch_passes) <= 2 * 3 * 3  # 2 tasks x 3 batches x at most 3 new tokens
+
+
+def test_a_batch_from_the_prefill_draws_what_a_whole_batch_draws(native):
+    """The prefilled prompt changes the order of the prompt's sums, not the draws: the same
+    seeded tokens as the plain run of the same rows (the tiny model's margins are wide)."""
+    res = genlab.best_of_n(native, PROMPT, 8, seed=4, max_new_tokens=6, batch_size=8)
+    plain = native.generate(PROMPT, seed=4, num_return_sequences=8, do_sample=True,
+                        max_new_tokens=6)  # fmt: skip
+    got = [list(t) for t in res.samples.token_ids]
+    assert got == [row[: len(g)] for row, g in zip(plain.generated_ids.tolist(), got,
+                                                   strict=True)]  # fmt: skip
