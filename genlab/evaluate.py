@@ -221,9 +221,11 @@ def _clusters(p: np.ndarray, q: np.ndarray, buckets: int, seed: int):
     pca = PCA(n_components=None, whiten=False, random_state=seed + 1).fit(data)
     keep = int(np.argmax(np.cumsum(pca.explained_variance_ratio_) >= 0.9)) + 1
     data = pca.transform(data)[:, :keep].astype(np.float32)
+    # min_points_per_centroid=1: faiss prints a warning to the process's stderr below 39
+    # points per cluster (a notebook shows it); the clustering itself is the same
     kmeans = faiss.Kmeans(
         data.shape[1], buckets, niter=500, verbose=False, nredo=5, update_index=True,
-        seed=seed + 2,
+        seed=seed + 2, min_points_per_centroid=1,
     )  # fmt: skip
     kmeans.train(data)
     labels = kmeans.index.search(data, 1)[1].reshape(-1)

@@ -50,7 +50,8 @@ COURSE = [
     "19_dola",
     "20_steering_and_attribution",
     "21_spending_compute",
-    "22_appendix_widget_tour",
+    "22_evaluating_generations",
+    "23_appendix_widget_tour",
 ]
 LESSONS = [ROOT / "notebooks" / f"{name}.ipynb" for name in COURSE]
 GUESS = re.compile(r"^guess\w* = None\b", re.M)
@@ -359,9 +360,9 @@ PINNED = [
     ("14_", "0.2 (the texts are below)", "alpha 0.2: ' said, \"Lad"),
     ("15_", "3.9 nats per token lower", "drop from γ = 1 to γ = 5: 3.9"),
     ("16_", "`20`: the stages", "tokens kept at the end: 20"),
-    ("22_", "keeps its last\nvalid value, 1.0", "temperature kept: 1.0"),
+    ("23_", "keeps its last\nvalid value, 1.0", "temperature kept: 1.0"),
     (
-        "22_",
+        "23_",
         "`temperature=0.0` with `do_sample=False` is accepted",
         "greedy: None | temperature: 0.0",
     ),
@@ -379,8 +380,8 @@ PINNED = [
     ("17_", "**10**: the ten digit tokens", "-> 10 tokens allowed"),
     ("17_", "by far: 0.85", "0.85 ' smiled."),
     ("11_", "3 of the 16 rewrites are still flagged", "paraphrases with z > 4: 3 of 16"),
-    ("22_", "11 green tokens of 16", "11.0"),
-    ("22_", "(z = 4.04; with 10 green it would be 3.46)", "4.04"),
+    ("23_", "11 green tokens of 16", "11.0"),
+    ("23_", "(z = 4.04; with 10 green it would be 3.46)", "4.04"),
     ("13_", "6 model passes for the 29 tokens", "29 tokens from 6 model passes"),
     (
         "13_",
@@ -408,12 +409,12 @@ def test_18_names_the_rank_of_paris_at_each_late_layer():
 
 
 def test_21_states_the_watermark_explorer_scores_generated_tokens_only():
-    prose = _flat(_prose(_notebook("22_")))
+    prose = _flat(_prose(_notebook("23_")))
     assert "below, neither clears `z > 4`" not in prose
     assert "scores the whole sequence" not in prose
     assert "background thread" not in prose
     assert "It scores the generated tokens only" in prose
-    detection = _all_outputs(_notebook("22_"))
+    detection = _all_outputs(_notebook("23_"))
     assert re.search(r"watermarked\s+16\.0\s+11\.0\s+4\.04", detection)
 
 

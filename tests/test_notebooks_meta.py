@@ -56,7 +56,7 @@ def test_the_teaching_notebooks_exist():
     assert expected <= names, f"missing notebooks: {sorted(expected - names)}"
     # the widget tour is the appendix, numbered after the lessons; lessons are numbered
     # 01, 02, ... in teaching order, without gaps or letter suffixes (tests/test_course.py)
-    assert max(names - {"nbval_sanitize.cfg"}) == "22_appendix_widget_tour.ipynb"
+    assert max(names - {"nbval_sanitize.cfg"}) == "23_appendix_widget_tour.ipynb"
     assert all(re.fullmatch(r"\d\d_[a-z_]+\.ipynb", n) for n in names - {"nbval_sanitize.cfg"})
 
 
