@@ -1,4 +1,5 @@
-"""Argument checks shared by every layer: is it an integer, a real number, in range.
+"""Argument checks shared by every layer: is it an integer, a real number, in range; can a
+hook's returned value stand in for the one it was given (:func:`check_replacement`).
 
 Each check raises a ``ValueError`` that names the argument, the value given and what is
 allowed, so a user can correct the call without reading the source.
@@ -59,3 +60,42 @@ def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None
     if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
         raise ValueError(f"`{name}` must be {allowed}, got {value!r}")
     return int(value)
+
+
+def check_replacement(name: str, fn: Any, old: Any, new: Any, *, inside: bool = False) -> Any:
+    """``new`` if it can stand in for ``old`` at hook point ``name``, else a ValueError
+    naming the point and the function: a tensor must keep its shape and kind; float scores
+    may not hold NaN or +inf (-inf rules a token out), and with ``inside`` (a point inside
+    the model's layers, :mod:`genlab.models.taps`) every value must be finite. The result
+    takes ``old``'s dtype and device."""
+    import torch
+
+    if not isinstance(old, torch.Tensor):
+        return new
+    what = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    where = f"the {name!r} hook {what}"
+    if not isinstance(new, torch.Tensor):
+        raise ValueError(
+            f"{where} returned a {type(new).__name__}; return a tensor of shape "
+            f"{tuple(old.shape)} (or None to leave the value as it is)"
+        )
+    if new.shape != old.shape:
+        raise ValueError(
+            f"{where} returned shape {tuple(new.shape)}; it must keep the shape "
+            f"{tuple(old.shape)} of what it was given"
+        )
+    if new.is_floating_point() != old.is_floating_point():
+        kind = "floating-point values" if old.is_floating_point() else "integer token ids"
+        raise ValueError(f"{where} returned dtype {new.dtype}; it must return {kind}")
+    if inside and new.is_floating_point() and not bool(torch.isfinite(new).all()):
+        raise ValueError(
+            f"{where} returned NaN or infinite values; activations inside the model must "
+            "stay finite (every later layer and score would turn NaN): return finite values, "
+            "e.g. torch.nan_to_num(x), or None to leave the value as it is"
+        )
+    if new.is_floating_point() and bool((torch.isnan(new) | (new == float("inf"))).any()):
+        raise ValueError(
+            f"{where} returned NaN or +inf scores; use -inf to rule a token out and finite "
+            "values elsewhere"
+        )
+    return new.to(dtype=old.dtype, device=old.device)

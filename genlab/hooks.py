@@ -54,6 +54,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .checks import check_replacement
+
 HOOK_POINTS = ("logits", "processor.*", "scores", "beam.candidates", "select", "step_end", "finish")
 
 Hook = Callable[..., Any]
@@ -78,40 +80,6 @@ def _check_name(name: str, model: Any = None) -> str:
         f"unknown hook point {name!r}; use one of {', '.join(HOOK_POINTS)} "
         "(processor.* means processor.<stage label>, e.g. processor.top_k)"
     )
-
-
-def _describe(fn: Hook) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-
-
-def check_replacement(name: str, fn: Hook, old: Any, new: Any) -> Any:
-    """``new`` if it can stand in for ``old`` at hook point ``name``, else a ValueError
-    naming the point and the function (a tensor must keep its shape and kind, and float
-    scores may not hold NaN or +inf)."""
-    import torch
-
-    if not isinstance(old, torch.Tensor):
-        return new
-    where = f"the {name!r} hook {_describe(fn)}"
-    if not isinstance(new, torch.Tensor):
-        raise ValueError(
-            f"{where} returned a {type(new).__name__}; return a tensor of shape "
-            f"{tuple(old.shape)} (or None to leave the value as it is)"
-        )
-    if new.shape != old.shape:
-        raise ValueError(
-            f"{where} returned shape {tuple(new.shape)}; it must keep the shape "
-            f"{tuple(old.shape)} (rows, vocabulary) of what it was given"
-        )
-    if new.is_floating_point() != old.is_floating_point():
-        kind = "floating-point scores" if old.is_floating_point() else "integer token ids"
-        raise ValueError(f"{where} returned dtype {new.dtype}; it must return {kind}")
-    if new.is_floating_point() and bool((torch.isnan(new) | (new == float("inf"))).any()):
-        raise ValueError(
-            f"{where} returned NaN or +inf scores; use -inf to rule a token out and finite "
-            "values elsewhere"
-        )
-    return new.to(old.dtype) if new.dtype != old.dtype else new
 
 
 def warn_unheard(registry: HookRegistry, plan: Any) -> None:

@@ -33,9 +33,10 @@ from __future__ import annotations
 import difflib
 import re
 import weakref
-from typing import Any
 
 import torch
+
+from ..checks import check_replacement
 
 #: the final norm's point
 FINAL = "ln_final.hook_normalized"
@@ -106,27 +107,6 @@ def check_point(name: str, names: list[str], model_name: str = "model") -> str:
     )
 
 
-def _check_value(name: str, fn, old: torch.Tensor, new: Any) -> torch.Tensor:
-    what = getattr(fn, "__qualname__", None) or repr(fn)
-    if not isinstance(new, torch.Tensor):
-        raise ValueError(
-            f"the {name!r} hook {what} returned a {type(new).__name__}; return a tensor of "
-            f"shape {tuple(old.shape)} (or None to leave the value as it is)"
-        )
-    if new.shape != old.shape:
-        raise ValueError(
-            f"the {name!r} hook {what} returned shape {tuple(new.shape)}; it must keep the "
-            f"shape {tuple(old.shape)} of what it was given"
-        )
-    if new.is_floating_point() and not bool(torch.isfinite(new).all()):
-        raise ValueError(
-            f"the {name!r} hook {what} returned NaN or infinite values; activations inside "
-            "the model must stay finite (every later layer and score would turn NaN): return "
-            "finite values, e.g. torch.nan_to_num(x), or None to leave the value as it is"
-        )
-    return new.to(dtype=old.dtype, device=old.device)
-
-
 class Taps:
     """The hooks of one forward pass: a :class:`~genlab.hooks.HookRegistry`'s hooks and
     observers at points inside the model, the step, and the sequence indices computed.
@@ -165,7 +145,7 @@ class Taps:
                 else:
                     out = fn(value, step=self.step)
                 if out is not None:
-                    value = _check_value(name, fn, value, out)
+                    value = check_replacement(name, fn, value, out, inside=True)
         finally:
             reg.firing = outer
         reg.notify(name, value, self.step)
