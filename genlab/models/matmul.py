@@ -181,11 +181,10 @@ def choose_form(
       split for one row and packed for several);
     * float32: split row blocks (:func:`split_parts`), one copy, which the tied head shares
       with the embedding. Decoding one row is what the lessons and panels do, and there the
-      split form was 1.47x faster than packed on a quiet AMD EPYC (0.78 against 1.15 s a
-      decode) and 5 % faster on an Intel Xeon; packed runs 16 rows 1.1-2.2x faster
-      (benchmarks/README.md, "One weight form");
-    * bfloat16 where torch's oneDNN linear packs it (a CPU): packed, one copy (one row 2x
-      faster than split on the CPUs measured);
+      split form was the faster on the CPUs measured, while packed runs many rows faster
+      (benchmarks/README.md, "Figures behind the code");
+    * bfloat16 where torch's oneDNN linear packs it (a CPU): packed, one copy (the faster
+      form for one row there too);
     * anything else (CUDA, float16, a torch without oneDNN): split row blocks.
     """
     forced = os.environ.get("GENLAB_WEIGHT_FORM", "").strip().lower()
