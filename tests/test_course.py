@@ -381,6 +381,10 @@ PINNED = [
     ("17_", "by far: 0.85", "0.85 ' smiled."),
     ("11_", "3 of the 16 rewrites are still flagged", "paraphrases with z > 4: 3 of 16"),
     ("23_", "11 green tokens of 16", "11.0"),
+    ("23_", "`num_beams`, which keeps its last valid value, 1,", "num_beams: 1 | num_beam_groups"),
+    ("23_", "the same two values give group beam search", "num_beams=4: group_beam_search"),
+    ("23_", "At step 0 they held 0.869", "0.869"),
+    ("23_", "0.773 / 0.869 = 0.889", "0.889"),
     ("23_", "(z = 4.04; with 10 green it would be 3.46)", "4.04"),
     ("13_", "6 model passes for the 29 tokens", "29 tokens from 6 model passes"),
     (
@@ -408,7 +412,7 @@ def test_18_names_the_rank_of_paris_at_each_late_layer():
     assert "already in the top 3" not in _prose(_notebook("18_"))
 
 
-def test_21_states_the_watermark_explorer_scores_generated_tokens_only():
+def test_23_states_the_watermark_explorer_scores_generated_tokens_only():
     prose = _flat(_prose(_notebook("23_")))
     assert "below, neither clears `z > 4`" not in prose
     assert "scores the whole sequence" not in prose
@@ -416,6 +420,29 @@ def test_21_states_the_watermark_explorer_scores_generated_tokens_only():
     assert "It scores the generated tokens only" in prose
     detection = _all_outputs(_notebook("23_"))
     assert re.search(r"watermarked\s+16\.0\s+11\.0\s+4\.04", detection)
+
+
+def test_23_tour_exercises_ask_for_a_mechanism_not_a_lookup():
+    # issue 47: the tour's exercise 1 was answered in lesson 04 (temperature=0) and its
+    # exercise 2 was a lookup (top-k ranks); they now ask for a mechanism: which change
+    # validation refuses, and what renormalisation does to the kept tokens' probabilities
+    cells = _cells(_notebook("23_"))
+    found = [(i, _src(cells[i])) for i, _ in _exercises(_notebook("23_"))]
+    assert len(found) == 2
+    (i1, q1), (i2, q2) = found
+    assert "temperature" not in q1 and "`num_beam_groups=2`, then `num_beams=4`" in _flat(q1)
+    assert "rank of 5 or more" not in q2 and "top_k=5" in q2
+    # the answers are what the stored outputs after them show
+    assert _src(cells[i1 + 2]).split("</summary>")[1].strip().startswith('`"greedy_search"`')
+    assert "mode: greedy_search | num_beams: 1" in _outputs(cells[i1 + 3])
+    assert _src(cells[i2 + 2]).split("</summary>")[1].strip().startswith('`"higher"`')
+    stages = _outputs(cells[i2 + 3])
+    raw = re.search(r"raw\s+49152\s+1\.000\s+(0\.\d+)", stages)
+    kept = re.search(r"top_k\s+5\s+(0\.\d+)\s+(0\.\d+)", stages)
+    assert raw and kept, stages
+    # renormalisation: the kept token's probability is its raw one over the kept mass
+    assert float(raw[1]) / float(kept[1]) == pytest.approx(float(kept[2]), abs=2e-3)
+    assert float(kept[2]) > float(raw[1])
 
 
 def test_05_uses_12_samples_and_the_course_map_says_so():
