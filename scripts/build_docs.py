@@ -19,31 +19,19 @@ import warnings
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def modules() -> list[str]:
-    names = []
-    for path in sorted((ROOT / "genlab").rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        names.append(".".join(parts))
-    return names
-
-
 def main(out: str) -> int:
     warnings.simplefilter("error", UserWarning)  # pdoc's warnings are UserWarnings
     import pdoc
 
     sys.path.insert(0, str(ROOT / "scripts"))
-    from doc_refs import broken
+    from doc_refs import broken, module_names
 
     bad = broken()
     if bad:
         print("Cross-references that resolve to nothing:", *bad, sep="\n  ", file=sys.stderr)
         return 1
 
-    names = modules()
+    names = module_names()
     for name in names:
         mod = importlib.import_module(name)
         for attr in getattr(mod, "__all__", ()):
