@@ -283,8 +283,8 @@ def _start_from(run, prefix, rows: int) -> bool:
         or not bool(state.attention_mask.all())
     ):
         return False
+    n = prefix.length()  # a finished pass: every layer holds the same positions
     for layer, (k, v) in enumerate(zip(prefix.keys, prefix.values, strict=True)):
-        n = prefix._len[layer]
         cache.append(
             layer, k[:, :, :n].expand(rows, -1, -1, -1), v[:, :, :n].expand(rows, -1, -1, -1)
         )

@@ -394,6 +394,7 @@ class Run:
                 parts.timeline,
             )
             other._ctx = StepContext(other)
+            other._view = RunView(other)
             other._tracer, other._tracer_off = None, []
             if self._tracer is not None:
                 other.attach_tracer(self._tracer.fork(other))

@@ -97,7 +97,8 @@ def test_known_wrong_examples_stay_right(line):
 
 # ---- the first hour: make lab's URL and the set-up texts (issue 33, section 6) -------------
 
-LESSON_PATH = "/lab/tree/notebooks/01_quickstart.ipynb"
+#: the first lesson, opened in genlab's workspace (left panel folded: issue 50)
+LESSON_PATH = "/lab/workspaces/genlab/tree/notebooks/01_quickstart.ipynb"
 
 
 def _make_lab_command() -> list[str]:
@@ -112,7 +113,8 @@ def _make_lab_command() -> list[str]:
         ["make", "-n", "--no-print-directory", "lab", "LAB_ARGS=--no-browser"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    lines = [ln for ln in out.splitlines() if "/bin/jupyter lab" in ln]
+    assert "/bin/jupyter lab workspaces import" in out, out  # the workspace, before the server
+    lines = [ln for ln in out.splitlines() if "/bin/jupyter lab --" in ln]  # the server
     assert len(lines) == 1, out
     return shlex.split(lines[0])
 

@@ -30,6 +30,9 @@ PIPELINE = ["config", "inputs", "plan", "state"]
 #: after the pipeline: the hook registry bound to the adapted model's hook points inside its
 #: layers (genlab.models.taps), so that hooks named there are checked and seen by the model
 BOUND = ["hooks"]
+#: then run() (generate's) enters the busy-machine thread policy, threads.watching(), once
+#: for the whole call: outside the step loop, before the first step
+POLICY = ["threads"]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def test_generate_sets_up_in_one_pass(model):
     def go():
         return genlab.generate(model, ids, attention_mask=mask, max_new_tokens=3)
 
-    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + BOUND
+    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + BOUND + POLICY
 
 
 def test_an_encoder_decoder_runs_its_encoder_within_the_inputs_stage():
@@ -63,7 +66,7 @@ def test_an_encoder_decoder_runs_its_encoder_within_the_inputs_stage():
     def go():
         return genlab.generate(t5, ids, attention_mask=mask, max_new_tokens=3)
 
-    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + BOUND
+    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + BOUND + POLICY
 
 
 def test_a_run_with_history_and_trace_attaches_them_after_the_pipeline(model):

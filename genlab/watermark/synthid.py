@@ -235,15 +235,6 @@ class SynthIDTextWatermarkLogitsProcessor(LogitsProcessor):
         self.state.num_calls += 1
         return self.state
 
-    def candidate_gvalues(self, context: torch.LongTensor, vocab_size: int):
-        """g-values of every next token after ``context`` (batch, ngram_len - 1).
-
-        Returns ``(g_values (batch, vocab, depth), context_hash (batch,))``.
-        """
-        with_token, context_hash = self._candidate_hashes(context, vocab_size)
-        hashes = _keyed(with_token, self.keys)  # (batch, vocab, depth)
-        return _gvalues_from_hashes(hashes, self.sampling_table), context_hash
-
     def _candidate_hashes(self, context: torch.LongTensor, vocab_size: int):
         """(hash of context + each next token (batch, vocab), context hash (batch,))."""
         batch = context.shape[0]
