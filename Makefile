@@ -143,7 +143,7 @@ wheel: $(VENV)/.genlab-test-installed
 	$(PY) -m build --sdist --wheel --outdir dist . > /dev/null
 	$(PY) scripts/check_wheel.py dist
 
-## wheel-check: wheel + a fresh venv with runtime deps only: demo, tests, notebooks 01 and 22
+## wheel-check: wheel + a fresh venv with runtime deps only: demo, tests, notebooks 01 and 23
 wheel-check: $(VENV)/.genlab-test-installed
 	PYTHON=$(abspath $(PY)) TORCH="$(TORCH)" bash scripts/fresh_venv_check.sh
 

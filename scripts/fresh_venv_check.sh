@@ -3,7 +3,7 @@
 # the wheel into a fresh venv with only genlab's runtime dependencies (the newest versions
 # pip picks, as Binder gets them; torch==2.13.0 pinned first, since an unpinned torch is the
 # multi-GB CUDA build), and there run the demo, the tests that need no transformers
-# (`-m "not reference"`) and notebooks 01 and 22; scripts/newcomer_check.py runs the README's
+# (`-m "not reference"`) and notebooks 01 and 23; scripts/newcomer_check.py runs the README's
 # Quickstart there. genlab is imported from the installed
 # wheel, never from the checkout (GENLAB_FROM_WHEEL=1 makes tests/conftest.py check that).
 #
@@ -60,7 +60,7 @@ t "demo ok"
 t "README Quickstart ok"
 
 # 4. test tools only (pytest, nbval, hypothesis; no genlab extras, no transformers), then the runtime-only tests and
-#    notebooks 01 and 22 (the test runner's script, so the checkout is not on sys.path)
+#    notebooks 01 and 23 (the test runner's script, so the checkout is not on sys.path)
 $PIP install pytest pytest-xdist nbval ipykernel hypothesis
 if "$FRESH/bin/python" -c "import transformers" 2>/dev/null; then
   echo "the test runners pulled transformers"; exit 1
@@ -70,7 +70,7 @@ export GENLAB_FROM_WHEEL=1
 # checkout on sys.path, and genlab would be imported from it instead of the wheel
 "$FRESH/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile -m "not reference" \
   --confcutdir "$ROOT/tests" tests
-NB=$(ls notebooks/01_*.ipynb notebooks/22_*.ipynb)
+NB=$(ls notebooks/01_*.ipynb notebooks/23_*.ipynb)
 OMP_NUM_THREADS=1 "$FRESH/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile --nbval \
   --confcutdir "$ROOT/notebooks" \
   --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg $NB
