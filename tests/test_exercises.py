@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_course import _cells, _outputs, _src  # the course tests' notebook readers
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = ROOT / "notebooks" / "teacher"
@@ -43,23 +44,6 @@ EXEMPT: dict[tuple[str, int, str], str] = {
     ("03", 2, "4.06"): "the entropy bound is the rule the exercise applies, given on purpose;"
     " the answer is which steps of the table pass it",
 }
-
-
-def _cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
-
-
-def _src(cell: dict) -> str:
-    s = cell["source"]
-    return s if isinstance(s, str) else "".join(s)
-
-
-def _outputs(cell: dict) -> str:
-    texts = []
-    for out in cell.get("outputs", []):
-        texts.append("".join(out.get("text", "")))
-        texts.append("".join(out.get("data", {}).get("text/plain", "")))
-    return "\n".join(texts)
 
 
 def _is_heading(cell: dict) -> bool:
