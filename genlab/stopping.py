@@ -28,6 +28,7 @@ import torch
 
 from genlab.config import GenerationConfig
 from genlab.ids import is_token_id
+from genlab.processors.base import merge_with_builtins
 
 __all__ = [
     "StoppingCriteria",
@@ -450,45 +451,23 @@ class StopStringCriteria(StoppingCriteria):
 # --------------------------------------------------------------------------------------
 
 
-def _same_kind(custom: Any, default: Any) -> bool:
-    """A user criterion replaces a built-in one of the same class; transformers' class of
-    the same name counts as the same (it would replace the built-in one in transformers)."""
-    if type(custom) is type(default):
-        return True
-    return type(custom).__name__ == type(default).__name__ and type(custom).__module__.startswith(
-        "transformers."
-    )
-
-
 def merge_criteria(
     default_list: list, custom_list: Iterable | None, what: str = "stopping criteria"
 ):
-    """The reference's merge of user objects into built-in ones: a user object of the same
-    type takes the built-in's place (with a UserWarning); the others are appended.
+    """The reference's merge of user objects into built-in ones
+    (:func:`~genlab.processors.base.merge_with_builtins`): a user object of the same type
+    takes the built-in's place (with a UserWarning); the others are appended.
 
-    Returns a new list of ``type(default_list)``.
+    Returns ``default_list`` itself without user objects, else a new list of its type.
     """
-    custom_list = list(custom_list or [])
-    if not custom_list:
-        return default_list
-    merged = type(default_list)()
-    for default in default_list:
-        for custom in custom_list:
-            if _same_kind(custom, default):
-                warnings.warn(
-                    f"the {what} {type(custom).__name__} you passed replaces the one built from "
-                    "the generation config; change the config fields instead to avoid this.",
-                    UserWarning,
-                    stacklevel=3,
-                )
-                merged.append(custom)
-                break
-        else:
-            merged.append(default)
-    for custom in custom_list:
-        if custom not in merged:
-            merged.append(custom)
-    return merged
+
+    def replaced(custom: Any) -> str:
+        return (
+            f"the {what} {type(custom).__name__} you passed replaces the one built from "
+            "the generation config; change the config fields instead to avoid this."
+        )
+
+    return merge_with_builtins(default_list, custom_list, replaced)
 
 
 def build_stopping_criteria(

@@ -18,7 +18,8 @@ import copy
 import functools
 import inspect
 import types
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -210,6 +211,53 @@ class LogitsProcessorList(list):
     def stage_names(self) -> list[str]:
         """The label of each processor, in order."""
         return [stage_name_of(p) for p in self]
+
+
+def _same_kind(custom: Any, default: Any) -> bool:
+    """Same class, or transformers' class of the same name as a genlab built-in (it would
+    replace the built-in one in transformers)."""
+    if type(custom) is type(default):
+        return True
+    module = type(custom).__module__ or ""
+    return module.startswith("transformers.") and type(custom).__name__ == type(default).__name__
+
+
+def merge_with_builtins(
+    defaults: list, custom: Iterable[Any] | None, replaced: Callable[[Any], str]
+) -> list:
+    """The reference's merge of user objects (logits processors or stopping criteria) into
+    the built-in ones: each built-in object is replaced, in its slot, by the first user
+    object of the same kind, warning ``replaced(user_object)`` (a UserWarning pointing at
+    the caller of the public function that called this one); the user objects not placed
+    that way are appended after all the built-in ones, in the user's order.
+
+    Returns ``defaults`` itself when there are no user objects, else a new list of
+    ``type(defaults)``.
+
+    >>> class Cap(LogitsProcessor): ...
+    >>> built, mine, extra = Cap(), Cap(), LogitsProcessor()
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True):
+    ...     merged = merge_with_builtins(LogitsProcessorList([built]), [extra, mine], str)
+    >>> [m is x for m, x in zip(merged, [mine, extra], strict=True)]
+    [True, True]
+    """
+    custom = list(custom or [])
+    if not custom:
+        return defaults
+    merged = type(defaults)()
+    for default in defaults:
+        replacement = next((c for c in custom if _same_kind(c, default)), None)
+        if replacement is None:
+            merged.append(default)
+            continue
+        # stacklevel 4: this function, the public merge, its builder, the builder's caller
+        warnings.warn(replaced(replacement), UserWarning, stacklevel=4)
+        merged.append(replacement)
+    for obj in custom:
+        if not any(obj is placed for placed in merged):
+            merged.append(obj)
+    return merged
 
 
 # ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import torch
 
 from ..config.sampler_fields import SAMPLER_NAMES, sampler_setting
 from ..ids import eos_token_ids
-from .base import LogitsProcessorList
+from .base import LogitsProcessorList, merge_with_builtins
 from .bias import NoBadWordsLogitsProcessor, SequenceBiasLogitsProcessor
 from .forcing import (
     ForcedBOSTokenLogitsProcessor,
@@ -406,42 +406,23 @@ def _watermark(watermarking_config: Any, *, vocab_size, model, device) -> Any:
     return watermark_processor(watermarking_config, vocab_size=vocab_size, device=device)
 
 
-def _same_kind(custom: Any, default: Any) -> bool:
-    """Same class, or transformers' class of the same name as a genlab built-in."""
-    if type(custom) is type(default):
-        return True
-    module = type(custom).__module__ or ""
-    return module.startswith("transformers.") and type(custom).__name__ == type(default).__name__
-
-
 def merge_user_processors(defaults: LogitsProcessorList, custom: list[Any]) -> LogitsProcessorList:
-    """The reference's merge: each built-in processor is replaced by the first user
-    processor of the same kind (with a warning); user processors not placed that way are
-    appended after all the built-in ones.
+    """The reference's merge (:func:`~genlab.processors.base.merge_with_builtins`): each
+    built-in processor is replaced by the first user processor of the same kind (with a
+    warning); user processors not placed that way are appended after all the built-in ones.
 
     >>> from genlab.processors import TopKLogitsWarper
     >>> mine = TopKLogitsWarper(5)
     >>> merge_user_processors(LogitsProcessorList(), [mine]) == [mine]
     True
     """
-    if not custom:
-        return defaults
-    merged = LogitsProcessorList()
-    for default in defaults:
-        replacement = next((c for c in custom if _same_kind(c, default)), None)
-        if replacement is None:
-            merged.append(default)
-            continue
-        name = type(default).__name__
-        warnings.warn(
-            f"A {name} was passed in `logits_processor` and the generation config also creates "
-            f"one; the one passed in is used. Unset the config field it comes from (see "
-            f"{name}'s docstring) to silence this warning.",
-            UserWarning,
-            stacklevel=3,
-        )
-        merged.append(replacement)
-    for processor in custom:
-        if not any(processor is placed for placed in merged):
-            merged.append(processor)
-    return merged
+    return merge_with_builtins(defaults, custom, _replaced_processor)
+
+
+def _replaced_processor(custom: Any) -> str:
+    name = type(custom).__name__
+    return (
+        f"A {name} was passed in `logits_processor` and the generation config also creates "
+        f"one; the one passed in is used. Unset the config field it comes from (see "
+        f"{name}'s docstring) to silence this warning."
+    )
