@@ -283,14 +283,13 @@ def gguf_state_dict(
     """All tensors as float32 torch tensors under transformers' names.
 
     shapes_only: GGUF tensor types (``("Q4_1",)``) of the layers' matrices given as shapes
-    alone (tensors on the ``meta`` device, no memory), and ``"embed:Q8_0"`` for the
-    embedding: for a decoder built from the file's own blocks (:func:`gguf_blocks`).
+    alone (tensors on the ``meta`` device, no memory; ``"matrices"``: every layer matrix,
+    whatever its type), and ``"embed:Q8_0"`` for the embedding: for a decoder built from
+    the file's own blocks or floats read when used (:func:`gguf_blocks`).
 
     A tensor with NaN or infinite values (random or damaged bytes) is a ValueError naming
     the tensor (by its GGUF name) and ``path``.
     """
-    from genlab.models.checkpoints import check_finite
-
     state_dict = {}
     mapped = file_map(reader)
     for tensor in reader.tensors:
@@ -299,21 +298,33 @@ def gguf_state_dict(
             logger.warning("ignoring GGUF tensor %s (no transformers equivalent)", tensor.name)
             continue
         kind = tensor.tensor_type.name
-        if (name.startswith("model.layers.") and kind in shapes_only) or (
-            name == "model.embed_tokens.weight" and f"embed:{kind}" in shapes_only
+        layer_matrix = name.startswith("model.layers.") and len(tensor.shape) == 2
+        if (
+            (name.startswith("model.layers.") and kind in shapes_only)
+            or (layer_matrix and "matrices" in shapes_only)
+            or (name == "model.embed_tokens.weight" and f"embed:{kind}" in shapes_only)
         ):
             shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
             state_dict[name] = torch.empty(shape, device="meta")
             continue
-        values = dequantized(tensor)
-        if name.endswith("q_proj.weight"):
-            values = unpermute_qk(values, config["num_attention_heads"])
-        elif name.endswith("k_proj.weight"):
-            values = unpermute_qk(values, config["num_key_value_heads"])
-        state_dict[name] = torch.from_numpy(values)
-        release_pages(mapped, tensor)  # the float copy is made: the file's bytes can go
-        check_finite({tensor.name: state_dict[name]}, path or "<GGUF file>")
+        state_dict[name] = _floats_of(mapped, tensor, name, config, path)
     return state_dict
+
+
+def _floats_of(mapped, tensor, name: str, config: dict, path="") -> torch.Tensor:
+    """One reader tensor as float32 under ``name`` (Q and K rows un-interleaved), its file
+    pages released; a ValueError naming it where it holds NaN or infinite values."""
+    from genlab.models.checkpoints import check_finite
+
+    values = dequantized(tensor)
+    if name.endswith("q_proj.weight"):
+        values = unpermute_qk(values, config["num_attention_heads"])
+    elif name.endswith("k_proj.weight"):
+        values = unpermute_qk(values, config["num_key_value_heads"])
+    out = torch.from_numpy(values)
+    release_pages(mapped, tensor)  # the float copy is made: the file's bytes can go
+    check_finite({tensor.name: out}, path or "<GGUF file>")
+    return out
 
 
 # --------------------------------------------------------------------- tokenizer
@@ -390,11 +401,13 @@ def gguf_tokenizer(reader, *, add_bos_token: bool | None = None) -> Tokenizer:
 
 
 def read_gguf(
-    path: str | os.PathLike, *, add_bos_token: bool | None = None, blocks: bool = False
+    path: str | os.PathLike, *, add_bos_token: bool | None = None, blocks: bool | str = False
 ) -> GGUFCheckpoint:
     """Read a GGUF file into config, float32 state dict, tokenizer and generation defaults
     (and, with ``blocks=True``, its Q4_1 tensors' own 4-bit blocks instead of their floats:
-    those are then shapes alone, on the ``meta`` device).
+    those are then shapes alone, on the ``meta`` device; with ``blocks="int8"``, every
+    layer matrix is a shape alone and ``blocks`` gives its float32 values when called, one
+    matrix at a time, see :func:`gguf_blocks`).
 
     Raises ValueError when the file is missing, not GGUF, truncated, or of an unsupported
     architecture / tokenizer.
@@ -415,9 +428,11 @@ def read_gguf(
 
     config = gguf_config(reader)
     start = time.perf_counter()
-    state_dict = gguf_state_dict(
-        reader, config, path, shapes_only=("Q4_1", "embed:Q8_0") if blocks else ()
-    )
+    if blocks == "int8":  # every layer matrix a shape; its floats are made when used
+        shapes_only = ("matrices", "embed:Q8_0")
+    else:
+        shapes_only = ("Q4_1", "embed:Q8_0") if blocks else ()
+    state_dict = gguf_state_dict(reader, config, path, shapes_only=shapes_only)
     timings["dequantize"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -430,17 +445,22 @@ def read_gguf(
         tokenizer,
         generation_defaults_from_config(config),
         timings,
-        gguf_blocks(reader, config) if blocks else {},
+        gguf_blocks(reader, config, path, floats=blocks == "int8") if blocks else {},
     )
 
 
-def gguf_blocks(reader, config: dict) -> dict:
+def gguf_blocks(reader, config: dict, path="", *, floats: bool = False) -> dict:
     """The Q4_1 tensors' blocks under transformers' names, their rows ordered as
     :func:`gguf_state_dict` orders the float tensors (Q and K un-interleaved), each read
     when it is used: a callable giving ``(codes, scale, minimum)``. A Q8_0 embedding comes
     as a callable giving its :class:`~genlab.models.quant.Int8Weight` (one scale per
     token), made a few thousand rows at a time. So a quantized load never holds a matrix
-    in float32, nor all the blocks at once."""
+    in float32, nor all the blocks at once.
+
+    ``floats=True`` (for int8, which quantizes floats): every layer matrix instead as a
+    callable giving its float32 tensor, the values :func:`gguf_state_dict` gives. The int8
+    demo held all its float matrices (540 MB) while quantizing them before: 470 MiB more
+    peak memory than the int8 model it built (benchmarks/README.md)."""
     from functools import partial
 
     out = {}
@@ -451,7 +471,13 @@ def gguf_blocks(reader, config: dict) -> dict:
         kind = tensor.tensor_type.name
         if name == "model.embed_tokens.weight" and kind == "Q8_0":
             out[name] = partial(_int8_rows_of, mapped, tensor)
-        if name is None or kind != "Q4_1" or not name.startswith("model.layers."):
+        if name is None or not name.startswith("model.layers."):
+            continue
+        if floats:
+            if len(tensor.shape) == 2:
+                out[name] = partial(_floats_of, mapped, tensor, name, config, path)
+            continue
+        if kind != "Q4_1":
             continue
         heads = None
         if name.endswith("q_proj.weight"):
@@ -508,7 +534,8 @@ def load_gguf(
     "int8" quantizes, see :mod:`genlab.models.quant`)."""
     from genlab.models.architectures import build_decoder
 
-    checkpoint = read_gguf(path, add_bos_token=add_bos_token, blocks=quantization == "int4")
+    blocks = {"int4": True, "int8": "int8"}.get(quantization, False)
+    checkpoint = read_gguf(path, add_bos_token=add_bos_token, blocks=blocks)
     from genlab.models.quant import release_freed_memory
 
     gc.collect()  # the reader's metadata (its ~100,000 token strings and arrays), in cycles

@@ -503,7 +503,9 @@ class LlamaDecoder(BuiltinDecoder):
 
         quantization: "int4" or "int8" (:mod:`genlab.models.quant`): the matrices quantized,
         the norms applied unfolded, the embedding and head int8; blocks: a GGUF file's own
-        4-bit blocks by tensor name (``(codes, scale, minimum)``), used as they are for int4.
+        4-bit blocks by tensor name (``(codes, scale, minimum)``), used as they are for int4;
+        for int8, callables giving the float32 values of matrices that ``tensors`` holds as
+        shapes alone (``meta``), called as each is quantized (one float matrix at a time).
 
         packed: the matrices' form (see :func:`~genlab.models.matmul.pack_weight`): None
         packs them where oneDNN works (the default), False keeps row blocks; parts: row
@@ -519,6 +521,8 @@ class LlamaDecoder(BuiltinDecoder):
 
         def get(name: str) -> torch.Tensor:
             t = tensors.pop(name).detach()  # consumed: see build_decoder's consume
+            if t.is_meta and quantization == "int8" and name.startswith("model.layers."):
+                t = blocks.pop(name)()  # its floats, made now (gguf_blocks' floats=True)
             return t.to(dtype) if dtype is not None else t
 
         def maybe(name: str) -> torch.Tensor | None:
