@@ -8,6 +8,7 @@ A run's set-up is a pipeline, each stage entered once on the way to the first st
 * :func:`make_plan` -- what a config means for the next step: the config in force (lengths
   resolved for the prompt, :func:`effective_config`), the generation mode, processors and
   stopping criteria; rebuilt between steps when the config changes;
+* :func:`resolve_lengths` -- max/min lengths as totals for a prompt (runs and scoring);
 * :func:`check_generated_length` -- the reference's length checks on the config in force;
 * :func:`switch_strategy` -- a new strategy when the mode changes between steps, or a
   ValueError saying why it cannot.
@@ -49,18 +50,49 @@ def effective_config(config, given: Given):
     """A copy of ``config`` with lengths resolved against the prompt of ``given``."""
     cfg = copy.deepcopy(config)
     n = given.prompt_length
-    if cfg.max_new_tokens is not None:
-        cfg.max_length = cfg.max_new_tokens + n
-    elif given.has_default_max_length and cfg.max_length == 20:
-        cfg.max_length = 20 + n
-        if given.info.max_position_embeddings is not None:
-            cfg.max_length = min(cfg.max_length, given.info.max_position_embeddings)
-    if cfg.min_new_tokens is not None:
-        cfg.min_length = cfg.min_new_tokens + n
+    resolve_lengths(
+        cfg,
+        n,
+        has_default_max_length=given.has_default_max_length,
+        max_position_embeddings=given.info.max_position_embeddings,
+    )
     if cfg.pad_token_id is None:  # as at the start: the first EOS id (the one in force)
         eos = eos_token_ids(cfg)
         cfg.pad_token_id = eos[0] if eos else given.pad_token_id
     check_generated_length(cfg, n, given.has_default_max_length, given.encdec is not None)
+    return cfg
+
+
+def resolve_lengths(
+    cfg: Any,
+    prompt_length: int,
+    *,
+    has_default_max_length: bool,
+    max_position_embeddings: int | None = None,
+) -> Any:
+    """Set ``cfg``'s lengths (in place) as totals for a prompt of ``prompt_length`` tokens,
+    the reference's rule: ``max_new_tokens`` wins over ``max_length``; a ``max_length``
+    left at its default 20 means 20 new tokens (at most ``max_position_embeddings`` in
+    all); ``min_new_tokens`` sets ``min_length``. Returns ``cfg``. A run's
+    :func:`effective_config` and :func:`genlab.scoring.score`'s processors use it.
+
+    >>> from genlab.config import GenerationConfig
+    >>> cfg = resolve_lengths(GenerationConfig(max_new_tokens=5, min_new_tokens=2), 7,
+    ...                       has_default_max_length=True)
+    >>> cfg.max_length, cfg.min_length
+    (12, 9)
+    >>> resolve_lengths(GenerationConfig(), 7, has_default_max_length=True,
+    ...                 max_position_embeddings=24).max_length
+    24
+    """
+    if cfg.max_new_tokens is not None:
+        cfg.max_length = cfg.max_new_tokens + prompt_length
+    elif has_default_max_length and cfg.max_length == 20:
+        cfg.max_length = 20 + prompt_length
+        if max_position_embeddings is not None:
+            cfg.max_length = min(cfg.max_length, max_position_embeddings)
+    if cfg.min_new_tokens is not None:
+        cfg.min_length = cfg.min_new_tokens + prompt_length
     return cfg
 
 

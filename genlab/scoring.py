@@ -283,6 +283,7 @@ def _processors(lm, generation_config, config, seqs, starts) -> list:
     """One processor list per row, built as a run with these settings would build it (the
     prompt being the row's context)."""
     from .engine import prepare_config
+    from .plan import resolve_lengths
     from .processors import build_processors
 
     cfg, unused = prepare_config(lm.model, generation_config, **config)
@@ -293,11 +294,18 @@ def _processors(lm, generation_config, config, seqs, starts) -> list:
         )
     out = []
     for s, st in zip(seqs, starts, strict=True):
+        # the lengths a run from this context would have; a max_length left at its
+        # default is stretched to the scored text
         one = _copy_config(cfg)
-        if "max_length" not in config and "max_new_tokens" not in config:
-            one.max_length = max(len(s), int(getattr(one, "max_length", 0) or 0))
-        elif one.max_new_tokens is not None:
-            one.max_length = st + one.max_new_tokens
+        stretch = "max_length" not in config and one.max_new_tokens is None
+        resolve_lengths(
+            one,
+            st,
+            has_default_max_length="max_length" not in config,
+            max_position_embeddings=lm.info.max_position_embeddings,
+        )
+        if stretch:
+            one.max_length = max(len(s), int(one.max_length or 0))
         out.append(
             build_processors(
                 one,

@@ -97,6 +97,21 @@ def test_under_processors_it_is_what_generate_recorded(lm):
     assert (s.table.logprob >= s.table.raw_logprob - 1e-6).mean() > 0.5  # sharpened
 
 
+def test_lengths_resolve_as_in_a_run(lm):
+    """max_new_tokens counts from the context, from a keyword or a generation_config alike:
+    forced_eos_token_id then forces the run's last token (the 2nd one here), not later."""
+    ctx, text, eos = torch.tensor([1, 5, 17, 33]), torch.tensor([8, 40, 41, 42]), 9
+    kw = lm.score(text, context=ctx, max_new_tokens=2, forced_eos_token_id=eos)
+    cfg = genlab.GenerationConfig(max_new_tokens=2, forced_eos_token_id=eos)
+    gc = lm.score(text, context=ctx, generation_config=cfg)
+    for s in (kw, gc):
+        assert math.isfinite(s.table.logprob[0]) and s.table.logprob[1] == -math.inf
+        assert s.table.logprob[2:].map(math.isfinite).all()
+    # left at its default, max_length stretches over the scored text: nothing is forced
+    free = lm.score(text, context=ctx, forced_eos_token_id=eos)
+    assert free.table.logprob.map(math.isfinite).all()
+
+
 def test_processors_match_transformers_warpers(hf, lm):
     ids = [1, 5, 17, 33, 8, 40, 41, 8]
     s = lm.score(ids, do_sample=True, temperature=0.5, top_k=10, top_p=0.8,
