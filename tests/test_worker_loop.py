@@ -17,7 +17,7 @@ import genlab
 from genlab.models.table import TableLM
 from genlab.widgets.compare import CompareView
 from genlab.widgets.playground import Playground
-from genlab.widgets.worker import Worker, drain
+from genlab.widgets.worker import Debounce, Worker, drain
 
 WORDS = "a b c d e f g h i j k l m n o p q r s t".split()
 MAIN = threading.main_thread()
@@ -69,6 +69,37 @@ def in_loop(coro_fn):
     return out
 
 
+def test_a_debounce_calls_once_after_the_last_start_on_the_loop_or_a_timer_thread():
+    """The one debounce of the worker and the debugger: three starts, one call, on the
+    loop's thread in a kernel; a cancelled one calls nothing; flush() from a cell calls
+    it at once (the loop cannot fire it while the cell runs)."""
+    calls: list[threading.Thread] = []
+    debounce = Debounce(lambda: calls.append(threading.current_thread()))
+
+    async def go():
+        for _ in range(3):
+            debounce.start(0.02)
+        assert debounce.pending and calls == []
+        await asyncio.sleep(0.1)
+        assert calls == [MAIN] and not debounce.pending
+        debounce.start(0.02)
+        debounce.cancel()
+        await asyncio.sleep(0.05)
+        assert calls == [MAIN]
+        debounce.start(0.01)
+        debounce.start(5.0)  # puts the call off: the first timer calls nothing
+        await asyncio.sleep(0.1)
+        assert calls == [MAIN] and debounce.pending
+        debounce.flush(timeout=1.0)  # no await: called here
+        assert calls == [MAIN, MAIN] and not debounce.pending
+
+    in_loop(go)
+    debounce.start(0.01)  # no loop: a timer thread calls it
+    debounce.start(0.01)
+    debounce.flush(timeout=5.0)
+    assert len(calls) == 3 and calls[-1] is not MAIN
+
+
 def test_a_change_generates_on_the_loop_thread_after_the_debounce():
     model = Model()
     pg = playground(model, debounce=0.05)
@@ -76,7 +107,7 @@ def test_a_change_generates_on_the_loop_thread_after_the_debounce():
     async def go():
         assert pg.worker.mode == "loop"
         pg.seed_box.value = "3"  # what a widget message does: schedules the debounce
-        assert isinstance(pg.worker._timer, asyncio.TimerHandle)
+        assert pg.worker.pending and not pg.worker.busy  # the debounce waits
         await asyncio.sleep(0.02)
         assert pg.version == 0 and model.calls == 0  # still within the debounce
         await settle(pg)
@@ -376,12 +407,12 @@ def test_debugger_clicks_are_drawn_on_the_loop_and_wait_draws_at_once():
     async def go():
         for _ in range(3):
             dbg.step_button.click()
-        assert isinstance(dbg._timer, asyncio.TimerHandle) and dbg._pending == 3
+        assert dbg.run.step_index == 3 and drawn == []  # done at once, drawn later
         await asyncio.sleep(0.1)
-        assert dbg._pending == 0 and len(drawn) == 1  # three clicks, one view
+        assert len(drawn) == 1  # three clicks, one view
         dbg.step_button.click()
         dbg.wait(timeout=5.0)  # no await: drawn here, not after the timeout
-        assert dbg._pending == 0 and len(drawn) == 2
+        assert len(drawn) == 2
         await asyncio.sleep(0.05)  # the cancelled-or-fired timer draws nothing more
 
     in_loop(go)

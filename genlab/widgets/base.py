@@ -325,8 +325,9 @@ def title_html(kind: str, lm) -> widgets.HTML:
 
 
 class Panel(widgets.VBox):
-    """Base of every panel: a VBox with a ``status`` line, ``error`` (the last failure, in
-    words; None after a success), :meth:`guard` and a static HTML view."""
+    """Base of every panel: a VBox with a static HTML view (shown without a kernel,
+    :meth:`save_html`); a panel with a ``status`` line also has ``error`` (the last
+    failure, in words; None after a success) and :meth:`guard`."""
 
     status: widgets.HTML
     error: str | None = None

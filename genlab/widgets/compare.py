@@ -99,7 +99,9 @@ class CompareView(LiveView):
         self.results: dict[str, Any] = {}
         self.tables: dict[str, Any] = {}
         self.divergence: int | None = None
-        self._init_live(debounce, auto_update)
+        super().__init__(
+            debounce=debounce, auto_update=auto_update, prompt=prompt, chat=chat, seed=seed
+        )
         self.panels: dict[str, ConfigPanel] = {}
         self.text_views: dict[str, widgets.HTML] = {}
         columns = []
@@ -127,7 +129,6 @@ class CompareView(LiveView):
                 )
             )
             self.panels[label], self.text_views[label] = panel, view
-        self._init_prompt_inputs(prompt, chat, seed)
         self.plot_image = figure_image()
         self.plot_png = b""
         self.summary_view = widgets.HTML()
@@ -141,20 +142,18 @@ class CompareView(LiveView):
         self.branch_column.observe(lambda _: self.guard(self._reset_picker), names="value")
         self.branches = self.picker.branches
         title = title_html("compare", lm)
-        super().__init__(
-            [
-                widgets.HTML(FOCUS_CSS),
-                title,
-                self.prompt_box,
-                widgets.HBox([self.chat_box, self.seed_box]),
-                self.controls_row(),
-                widgets.HTML(prob_legend()),
-                widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")),
-                self.picker.widget,
-                self.summary_view,
-                scroll_box(self.plot_image),
-            ]
-        )
+        self.children = [
+            widgets.HTML(FOCUS_CSS),
+            title,
+            self.prompt_box,
+            widgets.HBox([self.chat_box, self.seed_box]),
+            self.controls_row(),
+            widgets.HTML(prob_legend()),
+            widgets.HBox(columns, layout=widgets.Layout(flex_flow="row wrap")),
+            self.picker.widget,
+            self.summary_view,
+            scroll_box(self.plot_image),
+        ]
         self.add_class("genlab-compare")
         self.add_class("genlab-panel")
         if run:

@@ -33,7 +33,7 @@ import ipywidgets as widgets
 from ..config import FIELDS, GROUPS, GenerationConfig, WatermarkingConfig
 from ..config.limits import Limits
 from ..config.sampler_fields import SAMPLER_FIELDS
-from .base import FOCUS_CSS, error_text, save_html, with_static_html
+from .base import FOCUS_CSS, Panel, error_text
 from .fields import FieldControl, make_control
 from .render import TABLE_CSS, WARNINGS_LOCK, message
 
@@ -235,7 +235,7 @@ def group_fields(groups=GROUPS) -> dict[str, list[str]]:
     return {g: names for g, names in out.items() if names}
 
 
-class ConfigPanel(widgets.VBox):
+class ConfigPanel(Panel):
     """Controls for every field of a :class:`GenerationConfig`, grouped, validated live.
 
     config: the config to edit in place (default: a new ``GenerationConfig()``);
@@ -487,13 +487,6 @@ class ConfigPanel(widgets.VBox):
             f"{rows}</table>"
             f"{errors}</div>"
         )
-
-    def _repr_mimebundle_(self, **kwargs):
-        return with_static_html(self, super()._repr_mimebundle_(**kwargs))
-
-    def save_html(self, path) -> Path:
-        """Write the panel's current view as one self-contained HTML file; returns its path."""
-        return save_html(self, path)
 
     # -- internals -------------------------------------------------------------------------
     def _build_page(self, index: int) -> None:

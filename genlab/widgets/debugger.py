@@ -20,7 +20,6 @@ and make browser run the panels).)
 from __future__ import annotations
 
 import ast
-import asyncio
 import html
 import threading
 import time
@@ -68,7 +67,7 @@ from .render import (
     token_spans,
 )
 from .tree import BranchTree
-from .worker import Job, running_loop
+from .worker import Debounce, Job
 
 #: seconds of quiet after a click before its view is drawn (quick clicks draw once)
 DEFER = 0.02
@@ -261,7 +260,7 @@ class StepDebugger(LiveView):
         self.trace_depth = trace_depth
         self.prompt = prompt
         self.chat = chat
-        self._init_live(debounce=0.0, auto_update=False)
+        super().__init__(debounce=0.0, auto_update=False)
         #: json_schema= / regex= / grammar= of lm.start (a ``grammar`` stage, whose
         #: masked candidates the Current step tab greys)
         self.constraint = {
@@ -328,8 +327,8 @@ class StepDebugger(LiveView):
         self.notice: str | None = None
         self._refused: str | None = None  # a click refused during a Run, shown till its end
         self._lock = threading.RLock()
-        self._pending = 0  # actions whose view is not drawn yet
-        self._timer: threading.Timer | asyncio.TimerHandle | None = None
+        #: the view of the last actions, drawn once the clicks pause
+        self._redraw = Debounce(self._deferred_render, self._lock)
         self.defer_render = False  # buttons set it: quick clicks are drawn once
 
         self.step_button.on_click(lambda _: self._click(self.step))
@@ -370,18 +369,16 @@ class StepDebugger(LiveView):
         self.tabs.observe(lambda _: self.guard(self._show_figure), names="selected_index")
         self.tabs.observe(self._settings_shown, names="selected_index")
         self.tabs.observe(lambda _: self.guard(self._show_tree), names="selected_index")
-        super().__init__(
-            [
-                widgets.HTML(FOCUS_CSS),
-                title_html("step debugger", lm),
-                buttons,
-                self.status,
-                controls_row(self.forced_view, self.clear_button),
-                self.text_view,
-                widgets.HTML(prob_legend()),
-                self.tabs,
-            ]
-        )
+        self.children = [
+            widgets.HTML(FOCUS_CSS),
+            title_html("step debugger", lm),
+            buttons,
+            self.status,
+            controls_row(self.forced_view, self.clear_button),
+            self.text_view,
+            widgets.HTML(prob_legend()),
+            self.tabs,
+        ]
         self.add_class("genlab-debugger")
         self.add_class("genlab-panel")
         self._render()
@@ -669,7 +666,7 @@ class StepDebugger(LiveView):
             self.guard(fn, *args)
         finally:
             self.defer_render = False
-            if not self._pending and not self.worker.busy:
+            if not self._redraw.pending and not self.worker.busy:
                 self.remove_class("genlab-busy")
 
     def guard(self, fn, *args) -> bool:
@@ -677,7 +674,7 @@ class StepDebugger(LiveView):
         forget queued clicks when it failed; True when it succeeded."""
         ok = super().guard(fn, *args)
         if not ok:
-            self._pending = 0
+            self._redraw.cancel()
         return ok
 
     SETTINGS_TAB = 3  # of self.tabs: Current step, Waterfall figure, History, Settings
@@ -705,39 +702,22 @@ class StepDebugger(LiveView):
         if not self.defer_render:
             self._render()
             return
-        with self._lock:
-            self._pending += 1
-            if self._timer is not None:
-                self._timer.cancel()
-            loop = running_loop()
-            if loop is not None:  # a kernel: drawn on its thread, between its messages
-                self._timer = loop.call_later(DEFER, self._deferred_render)
-            else:
-                self._timer = threading.Timer(DEFER, self._deferred_render)
-                self._timer.daemon = True
-                self._timer.start()
+        self._redraw.start(DEFER)  # a kernel: drawn on its thread, between its messages
 
     def _deferred_render(self) -> None:
         with self._lock:
-            if not self._pending:
-                return
             try:
                 self._render()
             except Exception as err:  # shown, never raised in a timer thread
                 self.show_error(err)
             finally:
-                self._pending = 0
                 self.remove_class("genlab-busy")
 
     def wait(self, timeout: float = 10.0) -> None:
         """Wait until a Run and the view of the last action are drawn, at most
         ``timeout`` seconds."""
         self.worker.wait(timeout)
-        if self._pending and isinstance(self._timer, asyncio.TimerHandle):
-            self._deferred_render()  # a cell waits: the loop cannot fire the timer now
-        end = time.perf_counter() + timeout
-        while self._pending and time.perf_counter() < end:
-            time.sleep(0.005)
+        self._redraw.flush(timeout)  # a cell waits: drawn here (its loop cannot fire it)
 
     def _render(self) -> None:
         t0 = time.perf_counter()

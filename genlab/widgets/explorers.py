@@ -85,9 +85,10 @@ class Explorer(LiveView):
 
     KIND = "explorer"
 
-    def _init_explorer(self, lm, cfg, open_group: str, debounce: float, auto: bool) -> None:
+    def __init__(self, lm, cfg: GenerationConfig, open_group: str, **live: Any) -> None:
+        """``live``: LiveView's debounce, auto_update, prompt, chat and seed."""
         self.lm = lm
-        self._init_live(debounce, auto)
+        super().__init__(**live)
         self.panel = ConfigPanel(
             cfg,
             tokenizer=lm.tokenizer,
@@ -167,8 +168,8 @@ class WatermarkExplorer(Explorer):
         config_kwargs.setdefault("do_sample", True)
         config_kwargs["watermarking_config"] = watermarking_config or WatermarkingConfig()
         cfg = initial_config(lm, **config_kwargs)
-        self._init_explorer(lm, cfg, "watermark", debounce, auto_update)
-        self._init_prompt_inputs(prompt, chat, seed)
+        super().__init__(lm, cfg, "watermark", debounce=debounce, auto_update=auto_update,
+                         prompt=prompt, chat=chat, seed=seed)  # fmt: skip
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
         self.detection_view = widgets.HTML()
@@ -199,7 +200,7 @@ class WatermarkExplorer(Explorer):
             ],
             titles=["Green / red", "Running z", "Green list", "Settings"],
         )
-        super().__init__(self._explorer_layout(tabs))
+        self.children = self._explorer_layout(tabs)
         self.add_class("genlab-watermark-explorer")
         self.add_class("genlab-panel")
         if run:
@@ -476,8 +477,8 @@ class BeamExplorer(Explorer):
         self._paths: dict[int, list[int]] = {}
         self.tree_png = b""
         cfg = initial_config(lm, num_beams=num_beams, **config_kwargs)
-        self._init_explorer(lm, cfg, "strategy", debounce, auto_update)
-        self._init_prompt_inputs(prompt, chat, seed)
+        super().__init__(lm, cfg, "strategy", debounce=debounce, auto_update=auto_update,
+                         prompt=prompt, chat=chat, seed=seed)  # fmt: skip
         self.step_slider = widgets.IntSlider(
             value=0, min=0, max=0, description="step", continuous_update=False
         )
@@ -504,7 +505,7 @@ class BeamExplorer(Explorer):
             ],
             titles=["Beam tree", "Hypothesis pool", "Early stop", "Settings"],
         )
-        super().__init__(self._explorer_layout(self.outcome_view, self.step_slider, tabs))
+        self.children = self._explorer_layout(self.outcome_view, self.step_slider, tabs)
         self.add_class("genlab-beam-explorer")
         self.add_class("genlab-panel")
         if run:

@@ -103,8 +103,8 @@ class LensView(LiveView):
         self.lens = None
         self.attention = None
         self.source = None
-        self._init_live(debounce, auto_update=False)
-        self._init_prompt_inputs(str(prompt) if self.lm else "", chat, seed)
+        super().__init__(debounce=debounce, auto_update=False,
+                         prompt=str(prompt) if self.lm else "", chat=chat, seed=seed)  # fmt: skip
         self._given_prompt = prompt  # ids or messages, used while the box shows them
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
@@ -150,16 +150,14 @@ class LensView(LiveView):
             ]  # fmt: skip
         else:
             top = [title_html("logit lens", None), self.status]
-        super().__init__(
-            [
-                widgets.HTML(FOCUS_CSS),
-                *top,
-                self.text_view,
-                self.step_slider,
-                self.picker.widget,
-                self.tabs,
-            ]  # fmt: skip
-        )
+        self.children = [
+            widgets.HTML(FOCUS_CSS),
+            *top,
+            self.text_view,
+            self.step_slider,
+            self.picker.widget,
+            self.tabs,
+        ]
         self.add_class("genlab-lens-view")
         self.add_class("genlab-panel")
         if isinstance(source, (Run, GenerationResult)):

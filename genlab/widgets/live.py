@@ -134,9 +134,24 @@ class Cancelled(Exception):
 
 
 class LiveView(Panel):
-    """Base of the live panels (see the module docstring)."""
+    """Base of the live panels (see the module docstring).
 
-    def _init_live(self, debounce: float, auto_update: bool) -> None:
+    A subclass's ``__init__`` calls ``super().__init__(debounce=..., auto_update=...,
+    prompt=..., chat=..., seed=...)`` before it builds its own controls, then lays the
+    panel out (``self.children = [...]``): the controls made here (Generate / Stop,
+    auto-update, progress, status; the prompt, chat and seed inputs unless ``prompt`` is
+    None) are in its layout."""
+
+    def __init__(
+        self,
+        *,
+        debounce: float,
+        auto_update: bool,
+        prompt: str | None = None,
+        chat: bool = False,
+        seed: int | None = 0,
+        **kwargs: Any,
+    ) -> None:
         self.result: Any = None
         self.error: str | None = None
         self.version = 0
@@ -154,22 +169,22 @@ class LiveView(Panel):
         self.status.add_class("genlab-status")
         self.generate_button.on_click(lambda _: self.update())
         self.stop_button.on_click(lambda _: self.stop())
-
-    def _init_prompt_inputs(self, prompt: str, chat: bool, seed: int | None) -> None:
-        """The prompt box, chat switch and seed box every live view has; any change
-        schedules a new generation (the prompt as it is typed, after the debounce)."""
-        self.prompt_box = widgets.Textarea(
-            value=prompt, rows=2, continuous_update=True, layout=widgets.Layout(width="auto")
-        )
-        self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
-        self.seed_box = widgets.Text(
-            value="0" if seed is None else str(seed),
-            description="seed",
-            continuous_update=False,
-            layout=widgets.Layout(width="200px"),
-        )
-        for box in (self.prompt_box, self.chat_box, self.seed_box):
-            box.observe(self.on_input, names="value")
+        if prompt is not None:
+            # any change of the prompt inputs schedules a new generation (the prompt as it
+            # is typed, after the debounce)
+            self.prompt_box = widgets.Textarea(
+                value=prompt, rows=2, continuous_update=True, layout=widgets.Layout(width="auto")
+            )
+            self.chat_box = widgets.Checkbox(value=chat, description="chat", indent=False)
+            self.seed_box = widgets.Text(
+                value="0" if seed is None else str(seed),
+                description="seed",
+                continuous_update=False,
+                layout=widgets.Layout(width="200px"),
+            )
+            for box in (self.prompt_box, self.chat_box, self.seed_box):
+                box.observe(self.on_input, names="value")
+        super().__init__(**kwargs)
 
     @property
     def seed(self) -> int:

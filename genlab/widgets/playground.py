@@ -109,13 +109,14 @@ class Playground(LiveView):
         self.trace_depth = trace_depth
         self.table: pd.DataFrame | None = None
         self._plots_shown = False
-        self._init_live(debounce, auto_update)
+        super().__init__(
+            debounce=debounce, auto_update=auto_update, prompt=prompt, chat=chat, seed=seed
+        )
 
         cfg = initial_config(lm, config, **config_kwargs)
         self.panel = ConfigPanel(
             cfg, tokenizer=lm.tokenizer, vocab_size=lm.info.vocab_size, limits=limits_of(lm)
         )
-        self._init_prompt_inputs(prompt, chat, seed)
         self._init_schema_box(json_schema)
         self.text_view = widgets.HTML(text_block("<i>no result yet</i>"))
         self.text_view.add_class("genlab-result")
@@ -140,7 +141,7 @@ class Playground(LiveView):
         self.panel.on_change(lambda panel, names: self.on_input())
         self.position.observe(lambda _: self._show_topk(), names="value")
 
-        super().__init__(self._layout(lm))
+        self.children = self._layout(lm)
         self.add_class("genlab-playground")
         self.add_class("genlab-panel")
         if run:

@@ -122,8 +122,7 @@ class InsideView(LiveView):
         self.text = ""
         self.heatmap_png = b""
         self._vectors: dict = {}
-        self._init_live(debounce, auto_update=True)
-        self._init_prompt_inputs(prompt, chat, seed)
+        super().__init__(debounce=debounce, auto_update=True, prompt=prompt, chat=chat, seed=seed)
         self.layer_slider = widgets.IntSlider(
             value=layer, min=0, max=layers - 1, description="layer", continuous_update=False
         )
@@ -155,7 +154,7 @@ class InsideView(LiveView):
         self.heatmap = figure_image()
         self.sources = widgets.HTML()
         wrap = widgets.Layout(flex_flow="row wrap")
-        super().__init__([
+        self.children = [
             widgets.HTML(FOCUS_CSS),
             title_html("inside: steering and attribution", lm),
             self.prompt_box,
@@ -170,7 +169,7 @@ class InsideView(LiveView):
             scroll_box(self.heatmap),
             self.sources,
             widgets.HTML(message(READING_HELP)),
-        ])  # fmt: skip
+        ]  # fmt: skip
         self.add_class("genlab-inside-view")
         self.add_class("genlab-panel")
         self.update(sync=True)

@@ -68,11 +68,11 @@ class SweepView(LiveView):
         self.lm, self.config = lm, config
         self._given_prompt = prompt  # ids or messages, used while the box shows them
         grid = grid or {"temperature": [0.5, 1.0, 1.5], "top_p": [0.8, 1.0]}
-        self._init_live(debounce, auto_update=False)
+        super().__init__(debounce=debounce, auto_update=False, prompt=str(prompt), chat=chat,
+                         seed=seed)  # fmt: skip
         self.generate_button.description = "Run sweep"
         self.stop_button.tooltip = "stop the sweep after the setting it is sampling"
         self.progress.description = "settings"
-        self._init_prompt_inputs(str(prompt), chat, seed)
         self.grid_boxes = {
             key: widgets.Text(
                 value=", ".join(str(v) for v in values),
@@ -103,7 +103,7 @@ class SweepView(LiveView):
         tabs.set_title(0, "Metrics")
         tabs.set_title(1, "Samples")
         wrap = widgets.Layout(flex_flow="row wrap")
-        super().__init__([
+        self.children = [
             widgets.HTML(FOCUS_CSS),
             title_html("sampling sweep", lm),
             self.prompt_box,
@@ -112,7 +112,7 @@ class SweepView(LiveView):
                          layout=wrap),
             self.controls_row(),
             tabs,
-        ])  # fmt: skip
+        ]  # fmt: skip
         self.add_class("genlab-sweep-view")
         self.add_class("genlab-panel")
         if run:

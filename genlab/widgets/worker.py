@@ -72,6 +72,73 @@ def drain(gen: Generator) -> Any:
             return end.value
 
 
+class Debounce:
+    """Calls ``fn()`` once ``delay`` seconds pass without another :meth:`start`: from a
+    ``loop.call_later`` callback when the main thread's event loop runs (a kernel: on its
+    thread, between its messages), else from a daemon timer thread. A timer restarted or
+    cancelled meanwhile calls nothing. ``lock`` (an RLock) guards the state; the owner may
+    share its own. A failure of ``fn`` is logged, never raised into the loop or the timer
+    thread."""
+
+    def __init__(self, fn: Callable[[], Any], lock: threading.RLock | None = None) -> None:
+        self.fn = fn
+        self._lock = lock if lock is not None else threading.RLock()
+        self._timer: threading.Timer | asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of the timer
+        self._tick = 0  # which start() the timer belongs to
+        self.pending = False  # a call waits for its timer
+
+    def start(self, delay: float) -> None:
+        """Call ``fn`` after ``delay`` seconds (a pending call is put off: one call)."""
+        loop = running_loop()
+        with self._lock:
+            self.cancel()
+            self.pending = True
+            self._tick += 1
+            self._loop = loop
+            if loop is not None:
+                self._timer = loop.call_later(delay, self._fire, self._tick)
+            else:
+                self._timer = threading.Timer(delay, self._fire, (self._tick,))
+                self._timer.daemon = True
+                self._timer.start()
+
+    def cancel(self) -> None:
+        """Drop the pending call."""
+        with self._lock:
+            if self._timer is not None and self._timer is not threading.current_thread():
+                self._timer.cancel()
+            self._timer = None
+            self.pending = False
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for the pending call (at most ``timeout`` seconds). A loop timer that its
+        loop cannot fire now (this thread's loop waits for the caller: a notebook cell, or
+        the loop has stopped) is called here, at once."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        timer = self._timer
+        if not self.pending:
+            return
+        if isinstance(timer, threading.Timer):
+            timer.join(timeout)
+        elif running_loop() is not None or not self._loop.is_running():
+            self._fire()
+        else:  # the loop that would fire it runs elsewhere: let it
+            while self.pending and not _past(deadline):
+                time.sleep(POLL)
+
+    def _fire(self, tick: int | None = None) -> None:
+        with self._lock:
+            if not self.pending or (tick is not None and tick != self._tick):
+                return
+            self._timer = None
+            self.pending = False
+        try:
+            self.fn()
+        except Exception:
+            log.exception("genlab widget: a scheduled update failed")
+
+
 class Job:
     """One request. ``cancelled`` is set when a newer request replaces it or on Stop;
     ``stopped`` tells the two apart (Stop keeps the partial result). ``loop`` is the event
@@ -102,10 +169,7 @@ class Worker:
         self.debounce = debounce
         self.stepwise = inspect.isgeneratorfunction(fn)
         self._lock = threading.RLock()
-        self._timer: threading.Timer | asyncio.TimerHandle | None = None
-        self._pending = False  # a debounced request waits for its timer
-        self._tick = 0  # which schedule() the pending timer belongs to
-        self._timer_loop: asyncio.AbstractEventLoop | None = None  # the loop of that timer
+        self._debounce = Debounce(self.submit, self._lock)
         self._job: Job | None = None
         self._count = 0
         _WORKERS.add(self)
@@ -118,7 +182,7 @@ class Worker:
     @property
     def pending(self) -> bool:
         """True while a debounced request waits for its timer (it has not started yet)."""
-        return self._pending
+        return self._debounce.pending
 
     @property
     def mode(self) -> str:
@@ -128,19 +192,7 @@ class Worker:
     def schedule(self, delay: float | None = None) -> None:
         """Submit after ``delay`` seconds (default ``debounce``) without another
         schedule() call."""
-        delay = self.debounce if delay is None else delay
-        loop = running_loop()
-        with self._lock:
-            self._cancel_timer()
-            self._pending = True
-            self._tick += 1
-            self._timer_loop = loop
-            if loop is not None:
-                self._timer = loop.call_later(delay, self._fire, self._tick)
-            else:
-                self._timer = threading.Timer(delay, self._fire, (self._tick,))
-                self._timer.daemon = True
-                self._timer.start()
+        self._debounce.start(self.debounce if delay is None else delay)
 
     def submit(self, sync: bool = False) -> Any:
         """Cancel the running job and start a new one; with ``sync`` run it here and
@@ -149,7 +201,7 @@ class Worker:
         ran: never two jobs at once."""
         loop = None if sync else running_loop()
         with self._lock:
-            self._cancel_timer()
+            self._debounce.cancel()
             previous = self._job
             if previous is not None:
                 previous.cancel()
@@ -181,7 +233,7 @@ class Worker:
     def stop(self) -> None:
         """Stop the running job at its next step (its partial result is kept)."""
         with self._lock:
-            self._cancel_timer()
+            self._debounce.cancel()
             if self._job is not None:
                 self._job.cancel(stop=True)
 
@@ -189,7 +241,7 @@ class Worker:
         """Cancel the scheduled request and the running job (it stops at its next step;
         unlike :meth:`stop`, nothing of it is shown)."""
         with self._lock:
-            self._cancel_timer()
+            self._debounce.cancel()
             if self._job is not None:
                 self._job.cancel()
 
@@ -199,15 +251,7 @@ class Worker:
         In loop mode (a notebook cell) the event loop cannot run while the caller waits,
         so a pending debounced request starts now and the job is finished right here."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        timer = self._timer
-        if self._pending:
-            if isinstance(timer, threading.Timer):
-                timer.join(timeout)
-            elif running_loop() is not None or not self._timer_loop.is_running():
-                self._fire()  # the debounce ends now (its loop cannot fire it)
-            else:  # the loop that would fire it runs elsewhere: let it
-                while self._pending and not _past(deadline):
-                    time.sleep(POLL)
+        self._debounce.flush(timeout)  # the debounce ends now when its loop cannot end it
         job = self._job
         if job is not None:
             self._finish(job, deadline)
@@ -216,26 +260,6 @@ class Worker:
         return self._job is job
 
     # -- internals -------------------------------------------------------------------------
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            if self._timer is not threading.current_thread():
-                self._timer.cancel()
-            self._timer = None
-        self._pending = False
-
-    def _fire(self, tick: int | None = None) -> None:
-        """The debounce is over: submit (an error here is logged, never raised into the
-        loop or the timer thread). A timer replaced meanwhile does nothing."""
-        with self._lock:
-            if not self._pending or (tick is not None and tick != self._tick):
-                return
-            self._timer = None
-            self._pending = False
-        try:
-            self.submit()
-        except Exception:
-            log.exception("genlab widget: a scheduled update failed")
-
     def _finish(self, job: Job, deadline: float | None) -> None:
         """Wait for ``job`` to end; a loop job that would need the (blocked) loop of this
         thread to advance is started and stepped to its end here instead (or until the
