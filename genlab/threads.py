@@ -292,10 +292,13 @@ def watching():
 
 
 def status() -> dict:
-    """What :func:`adapt` decided last: ``{"parked": bool, "others_busy": cores or None,
-    "why": one line}``."""
+    """What :func:`adapt` decided last: ``{"parked": bool, "parked_threads": how many
+    OpenMP threads are parked (0 when none), "others_busy": cores or None, "why": one
+    line}``."""
+    park = _adapter.park
     return {
-        "parked": _adapter.park is not None,
+        "parked": park is not None,
+        "parked_threads": 0 if park is None else park.size,
         "others_busy": _adapter.others,
         "why": _adapter.why,
     }

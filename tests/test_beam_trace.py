@@ -194,7 +194,9 @@ def group_done_run(hf_llama):
 def _done_groups_after(trace):
     """{(batch, group): first step after which it is done}"""
     done = {}
-    for rec in trace._beam_records():
+    for rec in trace.records:
+        if not isinstance(rec.info, BeamStep):
+            continue
         for b, flags in enumerate(rec.info.early_stop.group_done.tolist()):
             for g, flag in enumerate(flags):
                 if flag:

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import genlab
-from genlab.config import _SPECS
+from genlab.config import FIELDS as SPECS
 
 IDS = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
 # fields left out: timing (max_time), those needing a tokenizer (stop_strings,
@@ -68,7 +68,7 @@ def values(spec) -> st.SearchStrategy:
     return st.one_of(st.none(), JUNK)
 
 
-FIELDS = {spec.name: values(spec) for spec in _SPECS if spec.name not in SKIP}
+FIELDS = {spec.name: values(spec) for spec in SPECS.values() if spec.name not in SKIP}
 SETTINGS = st.dictionaries(st.sampled_from(sorted(FIELDS)), st.none(), min_size=1, max_size=3)
 SETTINGS = SETTINGS.flatmap(lambda d: st.fixed_dictionaries({k: FIELDS[k] for k in d}))
 

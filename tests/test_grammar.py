@@ -206,12 +206,13 @@ def test_twenty_seeded_samples_of_the_demo_validate_against_the_schema(demo):
 def _start(tiny, demo, prompt, seed, **cfg):
     ids, mask = prompt
     fields = dict(do_sample=True, max_new_tokens=14, eos_token_id=2, pad_token_id=2)
+    constraint = {"json_schema": PERSON} if "regex" not in cfg else {}
     return genlab.start(
         tiny,
         ids,
         attention_mask=mask,
         tokenizer=demo.tokenizer,
-        json_schema=PERSON,
+        **constraint,
         seed=seed,
         return_dict_in_generate=True,
         output_scores=True,
@@ -248,29 +249,45 @@ def test_rewind_and_fork_of_a_constrained_run_equal_a_fresh_run(tiny, demo, prom
     _same_run(fork, fresh)
 
 
+def _step_checking_the_mask(run, start: int) -> None:
+    """One step; each row's mask allowed exactly the tokens a new matcher allows after the
+    row's text (its count in ``allowed_counts``, -1 for a row that has ended)."""
+    rows, proc = run.sequences.tolist(), _grammar_of(run)
+    run.step()
+    want = []
+    for row in rows:
+        generated = row[start:]
+        ended = 2 in generated  # eos_token_id=2: the row has ended
+        want.append(-1 if ended else len(proc.grammar.allowed(generated)))
+    assert proc.allowed_counts == want
+
+
 def test_a_fork_has_its_own_matchers_and_stepping_it_leaves_the_parent_alone(tiny, demo, prompt):
-    run = _start(tiny, demo, prompt, seed=3)
+    # one fixed text: a matcher a few tokens off allows other tokens, or refuses the next
+    rigid = dict(seed=3, regex="The quick brown fox jumps over the lazy dog, twice: the quick")
+    fresh = _start(tiny, demo, prompt, **rigid)
+    fresh.run()
+    run = _start(tiny, demo, prompt, **rigid)
     for _ in range(4):
         run.step()
-    parent = _grammar_of(run)
-    before = [(tokens, id(matcher)) for tokens, matcher in parent._rows]
     fork = run.fork()
-    mine = _grammar_of(fork)
-    assert mine is not parent
-    for _ in range(3):
-        fork.step()
-    assert [(tokens, id(matcher)) for tokens, matcher in parent._rows] == before
-    assert all(m is not n for (_, m), (_, n) in zip(mine._rows, parent._rows, strict=True))
-    assert len(mine._rows[0][0]) == len(before[0][0]) + 3
+    start = prompt[0].shape[1]
+    for _ in range(3):  # the fork moves first: a matcher it shared would be 3 tokens ahead
+        _step_checking_the_mask(fork, start)
+    while not run.finished:
+        _step_checking_the_mask(run, start)
+    _same_run(run, fresh)
+    fork.run()
+    _same_run(fork, fresh)
 
 
 def test_each_beam_has_its_own_matcher(tiny, demo, prompt):
     run = _start(tiny, demo, prompt, seed=0, do_sample=False, num_beams=3)
-    for _ in range(5):
-        run.step()
-    rows = _grammar_of(run)._rows
-    assert len(rows) == 3 and len({id(m) for _, m in rows}) == 3
-    assert len({tokens for tokens, _ in rows}) == 3  # the beams hold different texts
+    start = prompt[0].shape[1]
+    for _ in range(8):
+        _step_checking_the_mask(run, start)
+    beams = {tuple(row[start:]) for row in run.sequences.tolist()}
+    assert len(beams) == 3  # the beams hold different texts
 
 
 def test_set_of_another_field_keeps_the_grammar(tiny, demo, prompt):

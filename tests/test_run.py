@@ -240,11 +240,11 @@ def test_the_hook_verbs_are_add_observe_has_fire_notify(hf_llama):
     assert registry.fire("beam.candidates", "payload", 0) == "payload"
 
     run = _run(hf_llama, max_new_tokens=2)
-    ctx, seen = run._ctx, []
+    reg, seen = run.registry, []
     with run.hooks(**{"processor.dola": lambda x, step: x + 1}):
-        remove = run.registry.observe("processor.*", lambda p, value, step: seen.append(p))
-        assert ctx.has("processor.dola") and ctx.has("processor.*")
+        remove = reg.observe("processor.*", lambda p, value, step: seen.append(p))
+        assert reg.has("processor.dola") and reg.has("processor.*")
         scores = torch.zeros(1, 4)
-        assert ctx.fire("processor.dola", scores).eq(1).all() and seen == ["processor.dola"]
+        assert reg.fire("processor.dola", scores, 0).eq(1).all() and seen == ["processor.dola"]
     remove()
-    assert not ctx.has("processor.dola") and not ctx.has("processor.*")
+    assert not reg.has("processor.dola") and not reg.has("processor.*")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from transformers import MinPLogitsWarper as ReferenceMinP
 from transformers import TopPLogitsWarper as ReferenceTopP
 
-from genlab.processors.warpers import MinPLogitsWarper, TopPLogitsWarper, _top_p_drop_fast
+from genlab.processors.warpers import MinPLogitsWarper, TopPLogitsWarper
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -38,29 +38,42 @@ def test_fast_top_p_drops_the_references_tokens(
     assert torch.equal(got, want)
 
 
-def test_demo_sized_rows_take_the_fast_path_and_agree():
+def _sorts(monkeypatch) -> list[int]:
+    """Count the calls of torch.sort (the reference's full sort with indices) from now on."""
+    calls, sort = [], torch.sort
+    monkeypatch.setattr(torch, "sort", lambda *a, **k: calls.append(1) or sort(*a, **k))
+    return calls
+
+
+def test_demo_sized_rows_take_the_fast_path_and_agree(monkeypatch):
     scores = torch.randn(16, 49152, generator=torch.Generator().manual_seed(0)) * 4
-    assert _top_p_drop_fast(scores, 0.9, 1) is not None
     want = ReferenceTopP(0.9)(None, scores.clone())
+    sorts = _sorts(monkeypatch)
     assert torch.equal(TopPLogitsWarper(0.9)(None, scores.clone()), want)
+    assert sorts == []  # no full sort: the fast path gave the answer
 
 
-def test_a_tie_across_the_boundary_is_left_to_the_sort():
+def test_a_tie_across_the_boundary_is_left_to_the_sort(monkeypatch):
     # probabilities 0.25 x 4: top_p 0.5 drops two of four equal tokens, chosen by sort order
     scores = torch.zeros(1, 4)
-    assert _top_p_drop_fast(scores, 0.5, 1) is None
     want = ReferenceTopP(0.5)(None, scores.clone())
+    sorts = _sorts(monkeypatch)
     assert torch.equal(TopPLogitsWarper(0.5)(None, scores.clone()), want)
+    assert sorts == [1]
 
 
 @pytest.mark.parametrize("bad", ["nan", "bfloat16"])
-def test_nan_and_other_dtypes_use_the_sort(bad):
+def test_nan_and_other_dtypes_use_the_sort(bad, monkeypatch):
     scores = torch.randn(2, 50)
     if bad == "nan":
         scores[0, 3] = float("nan")
     else:
         scores = scores.bfloat16()
-    assert _top_p_drop_fast(scores, 0.9, 1) is None
+    want = ReferenceTopP(0.9)(None, scores.clone())
+    sorts = _sorts(monkeypatch)
+    got = TopPLogitsWarper(0.9)(None, scores.clone())
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert sorts == [1]
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -33,7 +33,6 @@ Example::
 from __future__ import annotations
 
 from .fields import (
-    _SPECS,
     ALL_CACHE_IMPLEMENTATIONS,
     DEPRECATED_STATIC_CACHE_IMPLEMENTATIONS,
     DYNAMIC_CACHE_IMPLEMENTATIONS,
@@ -64,7 +63,6 @@ from .resolve import prepare_config
 from .small import CompileConfig, SynthIDTextWatermarkingConfig, WatermarkingConfig
 
 __all__ = [
-    "_SPECS",  # the field table as a list, in the reference's order (tests read it)
     "ALL_CACHE_IMPLEMENTATIONS",
     "DEPRECATED_STATIC_CACHE_IMPLEMENTATIONS",
     "DYNAMIC_CACHE_IMPLEMENTATIONS",
