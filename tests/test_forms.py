@@ -3,6 +3,8 @@ the form that keeps both (TwoForms: split rows for one row, packed for several).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -36,8 +38,13 @@ def test_the_form_is_a_function_of_the_machine_and_the_setting(monkeypatch):
     assert (first.form, first.parts) == ("split", torch.get_num_threads())
     assert "one copy" in first.reason and "GENLAB_WEIGHT_FORM=packed" in first.reason
     assert mm.choose_form(torch.bfloat16).form == "packed"  # oneDNN packs bfloat16 on a CPU
-    # no timing decides it: however slow the products, the same answer every time
-    monkeypatch.setattr(mm, "_matmul", lambda *a: (_ for _ in ()).throw(AssertionError("timed")))
+
+    # no timing decides it: with no product and no clock to read, the same answer
+    def timed(*args, **kwargs):
+        raise AssertionError("choose_form timed something")
+
+    monkeypatch.setattr(mm, "matmul", timed)
+    monkeypatch.setattr(time, "perf_counter", timed)
     assert mm.choose_form(torch.float32) == first
 
 
