@@ -549,7 +549,7 @@ def test_debugger_force_rewind_fork_and_live_config(classic):
     assert dbg.error == "rewind count: 5 is out of range; type a whole number from 0 to 3."
     assert len(dbg.history()) == 3  # refused: nothing was undone
     assert "genlab-error" in dbg.status.value
-    dbg._draw()  # a draw deferred from an earlier click, firing late, keeps the error shown
+    dbg.render(None)  # a draw deferred from an earlier Run, firing late, keeps the error
     assert "genlab-error" in dbg.status.value and "5 is out of range" in dbg.status.value
     dbg.rewind_count.value = "1"
     dbg.rewind_button.click()  # the next good action clears it
