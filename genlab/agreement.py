@@ -83,6 +83,9 @@ def compare(lm, other, prompts=None, *, max_new_tokens: int = 32, chat: bool = T
                     "other_p_top": float(oth[pos, b].exp()),
                 }
             )
+    from .models.quant import release_freed_memory
+
+    release_freed_memory()  # the passes' (length, vocab) log-probs, kept by glibc's heap
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -175,7 +175,6 @@ class Run:
         self._output = None
         self._returned_nodes = None  # beam search's winners, named when the output is built
         self._ctx = StepContext(self)  # the strategies' view, with a step's verbs
-        self._view = RunView(self)  # the user's (run.views), the same properties
         self._lock = threading.Lock()  # one caller at a time (see _exclusive)
         self._owner: int | None = None  # the thread holding the lock
         self._stepping = False  # inside a step (its hooks, processors, criteria, streamer)
@@ -394,7 +393,6 @@ class Run:
                 parts.timeline,
             )
             other._ctx = StepContext(other)
-            other._view = RunView(other)
             other._tracer, other._tracer_off = None, []
             if self._tracer is not None:
                 other.attach_tracer(self._tracer.fork(other))
@@ -656,7 +654,7 @@ class Run:
         """The run read-only (:class:`~genlab.context.RunView`, the view its strategy's
         step context extends): ``run.views.cache``, ``run.views.gen_config``,
         ``run.views.tokenizer`` ..."""
-        return self._view
+        return RunView(self)  # made when asked: a view kept by the run would be a cycle
 
     # -- the step --------------------------------------------------------------------------------
     def _step(self, want_record: bool) -> Step | None:

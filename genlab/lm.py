@@ -244,13 +244,13 @@ class LM:
         """
         run = self._new_run(prompt, chat, system, trace, seed, keep_history, config)
         run.run(progress=progress, keep_on_interrupt=False)  # Ctrl-C propagates
-        if run.state.sequences.shape[0] > 1:
-            # a batch's per-step tensors (logits, sampling buffers) are freed into glibc's
-            # heap, which keeps them: 150 MB of two 16-row runs in lesson 11, 0.2-50 ms to
-            # give back (benchmarks/README.md, issue 44)
-            from .models.quant import release_freed_memory
+        # a run's per-step tensors (logits, sampling buffers), and whatever the caller let go
+        # since the last run, are freed into glibc's heap, which keeps them: 150 MB of two
+        # 16-row runs in lesson 11, 268 MiB of lesson 13's one-row runs; 0.2-50 ms to give
+        # back (benchmarks/README.md, issue 44)
+        from .models.quant import release_freed_memory
 
-            release_freed_memory()
+        release_freed_memory()
         return run.result()
 
     def _new_run(self, prompt, chat, system, trace, seed, keep_history, config) -> Run:

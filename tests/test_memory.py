@@ -33,3 +33,37 @@ def test_a_fresh_load_and_generate_fits(quantization, limit_mib):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["peak_mib"] <= limit_mib, got
     assert not got["pandas"]  # tables import pandas when first made, not a plain generate
+
+
+@pytest.mark.slow  # loads the demo
+def test_a_one_row_generate_gives_freed_heap_back(demo, monkeypatch):
+    """lm.generate trims glibc's heap after every run, one row included: lesson 13's one-row
+    runs left 268 MiB of freed memory resident before (issue 44)."""
+    import genlab.models.quant as quant
+
+    calls = []
+    monkeypatch.setattr(quant, "release_freed_memory", lambda: calls.append(1))
+    demo.generate("Once upon a time", max_new_tokens=2)
+    assert calls == [1]
+
+
+@pytest.mark.slow  # loads the demo
+def test_a_finished_run_is_freed_without_the_cyclic_collector(demo):
+    """A run and its context (and its views) made a reference cycle: every finished run's
+    KV cache and recorded scores stayed until Python's cyclic collector happened to run,
+    320 MiB of lesson 22's three 32-row runs (issue 44). Now reference counts free it."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        res = demo.generate(
+            "Once upon a time", max_new_tokens=3, do_sample=True, num_return_sequences=2, seed=0
+        )
+        run, view = weakref.ref(res.run), res.run.views
+        del res
+        assert run() is not None and view.batch_size == 1  # a view keeps its run
+        del view
+        assert run() is None
+    finally:
+        gc.enable()
