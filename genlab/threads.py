@@ -23,10 +23,11 @@ What genlab does, unless told otherwise:
 
 * while a run computes (``Run.step``, ``run``, ``rewind`` and ``generate`` enter
   :func:`watching`, its one entry point; the step loop itself never looks), a helper thread
-  looks every :func:`window` seconds: how many cores other processes kept busy since the
-  last look, from ``/proc/stat`` less this process's own CPU time (two reads of a file); if
-  at least :data:`BUSY_CORES`, OpenMP threads are parked, else released. A look older than
-  :data:`STALE` seconds is replaced by a :data:`SAMPLE_SECONDS` sample;
+  takes a reading when the run starts and then looks every :func:`window` seconds: how many
+  cores other processes kept busy since the last reading, from ``/proc/stat`` less this
+  process's own CPU time (two reads of a file); if at least :data:`BUSY_CORES`, OpenMP
+  threads are parked, else released. A reading older than :data:`STALE` seconds is replaced
+  by a :data:`SAMPLE_SECONDS` sample;
 * when a built-in decoder is built, torch's thread count is capped by the CPUs this
   process may use (its affinity mask and a container's CPU quota, which ``os.cpu_count()``
   does not see): :func:`configure`.
@@ -270,9 +271,13 @@ class _Watch:
 
     @staticmethod
     def _loop(stop: threading.Event) -> None:
-        while not stop.is_set():
+        # The first look compares with a reading taken now, not with one left by the last
+        # run: what other processes did while this one was idle (a neighbour's run that has
+        # ended, a benchmark's other processes in turn) says nothing about the cores now, and
+        # counting it parked OpenMP threads for the start of a run on a quiet machine.
+        take_reading()
+        while not stop.wait(window()):
             adapt()
-            stop.wait(window())
 
 
 WATCH_NAME = "genlab-threads-watch"
@@ -281,9 +286,10 @@ _watch = _Watch()
 
 @contextlib.contextmanager
 def watching():
-    """The thread policy while a run computes: a helper thread calls :func:`adapt` at once
-    and then every :func:`window` seconds, until the outermost ``with`` ends. The run's
-    step loop itself never looks at the machine."""
+    """The thread policy while a run computes: a helper thread takes a reading at once and
+    calls :func:`adapt` every :func:`window` seconds, until the outermost ``with`` ends (a run
+    shorter than one window keeps the threads as they were). The run's step loop itself
+    never looks at the machine."""
     _watch.enter()
     try:
         yield

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from time import sleep
 
 import pytest
 import torch
@@ -195,11 +196,13 @@ def test_the_step_loop_never_looks_at_the_machine_a_helper_thread_does(monkeypat
 
     calls = []
     monkeypatch.setattr(threads, "adapt", lambda: calls.append(threading.current_thread().name))
+    monkeypatch.setattr(threads, "window", lambda: 0.001)  # look often: the run is short
     lm = TableLM({"": {"a": 1.0}, "a": {"b": 1.0}, "a b": {"c": 1.0}}, fallback="uniform")
     ids = lm.tokenizer("", return_tensors="pt").input_ids
     run = genlab.start(lm, input_ids=ids, max_new_tokens=3)
     seen = []
-    run.add_hook("step_end", lambda value, *, step: seen.append(len(watchers())))
+    # each step outlasts a few windows, so the helper looks while the run computes
+    run.add_hook("step_end", lambda value, *, step: (seen.append(len(watchers())), sleep(0.01)))
     run.step()
     run.rewind(1)
     run.run()
