@@ -121,7 +121,7 @@ notebooks: $(VENV)/.genlab-test-installed
 
 ## notebooks-shaken: the notebooks again, numerics shaken (packed weights, logits moved 8 ulps)
 #  A stored output that changes here sits on a knife edge: another CPU, thread count or
-#  weight form can change it too (genlab/models/matmul.py: shake).
+#  weight form can change it too (genlab/runtime/matmul.py: shake).
 notebooks-shaken: $(VENV)/.genlab-test-installed
 	GENLAB_WEIGHT_FORM=packed GENLAB_SHAKE=8 GENLAB_KERNEL_PEAKS=build/kernel-peaks-shaken.tsv \
 	  OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider \

@@ -10,7 +10,7 @@ starts with the environment given), the demo's greedy chat decode (24 new tokens
 ``python -m genlab.demo``) and a Playground-style re-run (20 sampled tokens on the same
 chat prompt, the prompt's keys and values reused), under each thread setting:
 
-* ``genlab default``: no thread variable set: genlab's own defaults (``genlab.threads``:
+* ``genlab default``: no thread variable set: genlab's own defaults (``genlab.runtime.threads``:
   OpenMP threads parked while other processes keep half a core busy, checked as it steps);
 * ``torch default``: ``GENLAB_THREADS=off``: what genlab did before it chose threads
   (torch's default, one thread per core, OpenMP's default wait policy);
@@ -84,7 +84,7 @@ def child(order: str) -> None:
         json.dumps({
             "load_s": load_s, "decode_s": decode_s, "rerun_s": rerun_s,
             "threads": torch.get_num_threads(),
-            "parked": genlab.threads.status()["parked"],
+            "parked": genlab.runtime.threads.status()["parked"],
         })
     )  # fmt: skip
 

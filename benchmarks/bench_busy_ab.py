@@ -43,7 +43,8 @@ for line in sys.stdin:
     lm.generate("What is the capital of France?", chat=True, max_new_tokens=24,
                 min_new_tokens=24)
     seconds = time.perf_counter() - t
-    print(json.dumps({"s": seconds, "parked": genlab.threads.status()["parked"]}), flush=True)
+    parked = genlab.runtime.threads.status()["parked"]
+    print(json.dumps({"s": seconds, "parked": parked}), flush=True)
 """
 SETTINGS = {
     "genlab default": {},
@@ -79,7 +80,7 @@ def main() -> None:
     base.pop("GENLAB_WEIGHT_FORM", None)
     if args.weight_form != "measured":  # the same form in every process: threads alone differ
         base["GENLAB_WEIGHT_FORM"] = args.weight_form
-    # one after another: a process measures its weight form as it loads (models/matmul.py),
+    # one after another: a process measures its weight form as it loads (runtime/matmul.py),
     # and two processes loading together time each other's work into that choice. Each
     # setting runs in --copies processes loaded in mirrored order (A B B A): on the quiet
     # EPYC the process loaded first decoded 4-9 % slower than the others, whatever its setting

@@ -4,8 +4,8 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_compute.py [--tasks 40] [--n 256] [--batch-size 64]
 
-The capital-city tasks of ``genlab.tasks.capitals()``: first the greedy solve rate of all
-of them (4 new tokens each), then one ``genlab.coverage_curve`` call over the first
+The capital-city tasks of ``genlab.experiments.tasks.capitals()``: first the greedy solve rate
+of all of them (4 new tokens each), then one ``genlab.coverage_curve`` call over the first
 ``--tasks`` of them with ``--n`` samples each (4 new tokens, batches of ``--batch-size``
 rows, seed 0), timed (wall and CPU time), and the three curves with their 95 % bootstrap
 intervals. Prints the load average before and after: the wall time depends on what else
@@ -38,7 +38,7 @@ def main() -> None:
     import torch
 
     lm = genlab.load("demo")
-    every = genlab.tasks.capitals()
+    every = genlab.experiments.tasks.capitals()
     print(f"load average {os.getloadavg()[0]:.1f}; torch threads {torch.get_num_threads()}")
     t0 = time.perf_counter()
     solved = sum(

@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import genlab  # noqa: E402
 from genlab.models.architectures import build_decoder  # noqa: E402
-from genlab.models.matmul import matmul  # noqa: E402
+from genlab.runtime.matmul import matmul  # noqa: E402
 
 PROMPT = "What is the capital of France?"
 

@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_fingerprint.py [--rounds 7] [--quantization int4]
 
 The forward cache reads the model's structure and content once per call into a run
-(genlab/forward_cache.py, "Never stale"). This times, in one process and alternating, a
+(genlab/runtime/forward_cache.py, "Never stale"). This times, in one process and alternating, a
 cold 20-token greedy run of the demo (no forward cache), the same run with the cache on
 but every pass missing (each run's prompt is new), the structure key alone and the full
 fingerprint, and prints medians and the fingerprint's share of the cold run.
@@ -18,8 +18,8 @@ import statistics
 import time
 
 import genlab
-from genlab.forward_cache import weights_fingerprint, weights_key
-from genlab.models.matmul import machine_summary
+from genlab.runtime.forward_cache import weights_fingerprint, weights_key
+from genlab.runtime.matmul import machine_summary
 
 
 def seconds(fn) -> float:

@@ -10,7 +10,7 @@ and a 16-row sampled decode (16 tokens each), with the forward cache off. Prints
 second for each form and the ratio packed / split, plus the largest logit difference
 between the forms on one prompt (their products sum in different orders). Also prints the
 CPU flags and torch's CPU capability, which decide the form genlab uses by default
-(:func:`genlab.models.matmul.choose_form`).
+(:func:`genlab.runtime.matmul.choose_form`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 import torch
 
 import genlab
-from genlab.models.matmul import machine_summary
+from genlab.runtime.matmul import machine_summary
 
 PROMPT = "Write a short story about a robot who learns to paint."
 

@@ -42,7 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import genlab  # noqa: E402
-from genlab.engine import Run  # noqa: E402
+from genlab.run.engine import Run  # noqa: E402
 
 PROMPT = "The history of the city of Paris begins"
 SYSTEMS = ("transformers", "genlab", "genlab+trace", "genlab+hooks")

@@ -28,7 +28,7 @@ import time
 import torch
 
 import genlab
-import genlab.grammar as G
+import genlab.text.grammar as G
 from genlab.processors.grammar import GrammarLogitsProcessor
 
 PROMPT = "List eight people as JSON records with a name and an age."
@@ -154,7 +154,7 @@ def rivals(lm, answer) -> None:
     except ImportError:
         print("outlines-core: not installed")
         return
-    from genlab.tokens import piece_bytes
+    from genlab.text.tokens import piece_bytes
 
     table: dict[bytes, list[int]] = {}
     for i in range(len(tok)):

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from genlab.models import matmul as mm  # noqa: E402
+from genlab.runtime import matmul as mm  # noqa: E402
 
 SHAPES = {  # SmolLM2-135M: (out, in); the layer's four products and the head
     "qkv": (960, 576),

@@ -35,8 +35,8 @@ import genlab  # noqa: E402
 import torch  # noqa: E402
 from bench_decoder import demo_gguf_path, measure_bandwidth  # noqa: E402
 
-from genlab.agreement import summary  # noqa: E402
-from genlab.models.matmul import weight_bytes  # noqa: E402
+from genlab.experiments.agreement import summary  # noqa: E402
+from genlab.runtime.matmul import weight_bytes  # noqa: E402
 
 PROMPTS = ["What is the capital of France?", "Write one sentence about the sea."]
 

@@ -28,7 +28,7 @@ import time
 import torch
 
 import genlab
-import genlab.engine
+import genlab.run.engine
 from genlab.processors import samplers as S
 from genlab.strategies import base as strategy_base
 
@@ -68,7 +68,7 @@ def _run(lm, **fields):
 def without_binding():
     # the binding is made by the engine around process and select (every mode), and by
     # the token-by-token strategies' process
-    modules = (strategy_base, genlab.engine)
+    modules = (strategy_base, genlab.run.engine)
     saved = [m.drawing_from for m in modules]
     for m in modules:
         m.drawing_from = lambda random: contextlib.nullcontext()

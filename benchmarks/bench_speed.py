@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import genlab  # noqa: E402  (before torch: genlab's thread defaults, see genlab/threads.py)
+import genlab  # noqa: E402  (before torch: genlab's thread defaults, see genlab/runtime/threads.py)
 
 # isort: split
 import torch  # noqa: E402
@@ -45,8 +45,8 @@ from bench_decoder import (  # noqa: E402
     weight_bytes_per_token,
 )
 
-from genlab.models import matmul as mm  # noqa: E402
 from genlab.models.architectures import build_decoder  # noqa: E402
+from genlab.runtime import matmul as mm  # noqa: E402
 
 DEMO_PROMPTS = [
     ("chat", "What is the capital of France?"),

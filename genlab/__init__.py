@@ -22,7 +22,7 @@ What to import:
 * ``genlab.plots`` (matplotlib figures), ``genlab.widgets`` (Jupyter panels);
 * ``genlab.Trace``, ``genlab.logit_lens``, ``genlab.attention``, ``genlab.sweep``;
 * ``genlab.best_of_n``, ``genlab.self_consistency``, ``genlab.coverage_curve``: N samples
-  and a rule to keep one, and coverage against N (tasks in ``genlab.tasks``).
+  and a rule to keep one, and coverage against N (tasks in ``genlab.experiments.tasks``).
 
 Where to look next: ``help(genlab.load)``, ``help(genlab.Run)``; ``dir(genlab)`` lists
 every public name; the lessons in ``notebooks/`` (notebooks/README.md has the course map);
@@ -36,10 +36,10 @@ from genlab.lazy import lazy_exports as _lazy_exports
 __version__ = "0.1.0"
 
 _LAZY = {
-    "generate": ("engine", "generate"),
-    "start": ("engine", "start"),
-    "Run": ("engine", "Run"),
-    "Step": ("engine", "Step"),
+    "generate": ("run.engine", "generate"),
+    "start": ("run.engine", "start"),
+    "Run": ("run.engine", "Run"),
+    "Step": ("run.engine", "Step"),
     "load": ("lm", "load"),
     "LM": ("lm", "LM"),
     "GenerationResult": ("lm", "GenerationResult"),
@@ -57,31 +57,44 @@ _LAZY = {
     "greenlist": ("watermark", "greenlist"),
     "LogitsProcessorList": ("processors", "LogitsProcessorList"),
     "StoppingCriteriaList": ("stopping", "StoppingCriteriaList"),
-    "PhrasalConstraint": ("constraints", "PhrasalConstraint"),
-    "DisjunctiveConstraint": ("constraints", "DisjunctiveConstraint"),
+    "PhrasalConstraint": ("strategies.constraints", "PhrasalConstraint"),
+    "DisjunctiveConstraint": ("strategies.constraints", "DisjunctiveConstraint"),
     "TableLM": ("models.table", "TableLM"),
-    "Trace": ("trace", "Trace"),
-    "logit_lens": ("inside", "logit_lens"),
-    "attention": ("inside", "attention"),
+    "Trace": ("run.trace", "Trace"),
+    "logit_lens": ("inside.lens", "logit_lens"),
+    "attention": ("inside.lens", "attention"),
     "score": ("lm", "score"),
-    "sweep": ("sweeps", "sweep"),
-    "best_of_n": ("compute", "best_of_n"),
-    "self_consistency": ("compute", "self_consistency"),
-    "coverage_curve": ("compute", "coverage_curve"),
-    "pass_at_k": ("compute", "pass_at_k"),
-    "activations": ("steering", "activations"),
-    "steering_vector": ("steering", "steering_vector"),
-    "steer": ("steering", "steer"),
-    "ablate_head": ("steering", "ablate_head"),
-    "patch": ("steering", "patch"),
-    "steering_sweep": ("steering", "steering_sweep"),
-    "patching_table": ("steering", "patching_table"),
-    "attribute": ("attribution", "attribute"),
+    "sweep": ("experiments.sweeps", "sweep"),
+    "best_of_n": ("experiments.compute", "best_of_n"),
+    "self_consistency": ("experiments.compute", "self_consistency"),
+    "coverage_curve": ("experiments.compute", "coverage_curve"),
+    "pass_at_k": ("experiments.compute", "pass_at_k"),
+    "activations": ("inside.steering", "activations"),
+    "steering_vector": ("inside.steering", "steering_vector"),
+    "steer": ("inside.steering", "steer"),
+    "ablate_head": ("inside.steering", "ablate_head"),
+    "patch": ("inside.steering", "patch"),
+    "steering_sweep": ("inside.steering", "steering_sweep"),
+    "patching_table": ("inside.steering", "patching_table"),
+    "attribute": ("inside.attribution", "attribute"),
 }
 
 
 # the subpackages a user reaches as attributes (`genlab.plots.token_probs`)
-_SUBPACKAGES = ("plots", "widgets", "tokens", "models", "processors", "tasks")
+_SUBPACKAGES = (
+    "plots",
+    "widgets",
+    "models",
+    "processors",
+    "strategies",
+    "config",
+    "watermark",
+    "run",
+    "runtime",
+    "inside",
+    "text",
+    "experiments",
+)
 
 # `import genlab` stays fast and light: torch is imported when a name that needs it is
 # first read. `__all__` is withheld from pydoc only, so that help(genlab) is the guide

@@ -66,7 +66,7 @@ def check_replacement(name: str, fn: Any, old: Any, new: Any, *, inside: bool = 
     """``new`` if it can stand in for ``old`` at hook point ``name``, else a ValueError
     naming the point and the function: a tensor must keep its shape and kind; float scores
     may not hold NaN or +inf (-inf rules a token out), and with ``inside`` (a point inside
-    the model's layers, :mod:`genlab.models.taps`) every value must be finite. The result
+    the model's layers, :mod:`genlab.inside.taps`) every value must be finite. The result
     takes ``old``'s dtype and device."""
     import torch
 

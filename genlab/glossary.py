@@ -2,14 +2,14 @@
 
 This module holds no code; it is the vocabulary the rest of genlab uses.
 
-**run** -- a generation in progress, :class:`genlab.engine.Run`. ``lm.start(...)`` makes
+**run** -- a generation in progress, :class:`genlab.run.engine.Run`. ``lm.start(...)`` makes
 one that can step, force, rewind and fork; ``lm.generate(...)`` and ``genlab.generate``
 drive one to the end.
 
 **output** / **result** -- ``genlab.generate(model, input_ids, ...)`` returns what
 transformers' ``generate`` returns for the same arguments: the sequences tensor, or with
 ``return_dict_in_generate=True`` an output object (``run.output`` is the same). A
-**result**, :class:`~genlab.result.GenerationResult`, is that output with the text, the
+**result**, :class:`~genlab.run.result.GenerationResult`, is that output with the text, the
 tokens as shown, the run and its trace: ``lm.generate(text)`` returns one (the runs of an
 ``LM``, ``lm.start`` too, record the scores its tables need: ``return_dict_in_generate``
 and ``output_scores`` are on unless given), and ``run.result()`` makes one from any run.
@@ -17,7 +17,7 @@ and ``output_scores`` are on unless given), and ``run.result()`` makes one from 
 **step** -- one pass of the step loop: forward, processors, choice, commit. A step adds
 one token per row (assisted decoding adds several). **step index**: how many steps a run
 has taken, ``run.step_index``; the step being computed has that index (0 = the first
-generated token). A :class:`~genlab.engine.Step` record's ``index``, a trace record's
+generated token). A :class:`~genlab.run.engine.Step` record's ``index``, a trace record's
 ``step``, a hook's ``step=`` argument and ``ctx.step_index`` are all this number.
 
 **config** / **config in force** -- ``run.config`` is the user's editable
@@ -31,10 +31,10 @@ inside a step). Rewinding restores the config that was in force at the step rewo
 it.
 
 **history** -- two things with distinct names: ``run.history`` is the list of
-:class:`~genlab.engine.Step` records of the steps taken by ``run.step()``, and by
+:class:`~genlab.run.engine.Step` records of the steps taken by ``run.step()``, and by
 ``run.run()`` when the run keeps a timeline (what happened); ``run.timeline``,
-the run's :class:`~genlab.history.Timeline` (``keep_history=True``, the default of every
-``start``; ``generate`` keeps none), holds what :meth:`~genlab.engine.Run.rewind` needs,
+the run's :class:`~genlab.run.timeline.Timeline` (``keep_history=True``, the default of every
+``start``; ``generate`` keeps none), holds what :meth:`~genlab.run.engine.Run.rewind` needs,
 in linear memory. A widget's ``history()`` is a table of the Step records.
 
 **run.views** -- the run's parts read-only, in one place (``run.views.cache``,
@@ -71,26 +71,26 @@ the reference (the processed score); ``logprob`` and ``prob`` are always the tok
 log-probability and probability in the processed distribution. ``score`` is a stage's
 value in every table (``trace.table()``, ``trace.topk``: the logit at ``raw``).
 
-**random source** -- :class:`genlab.randomness.RunRandom`, the run's own
+**random source** -- :class:`genlab.run.randomness.RunRandom`, the run's own
 ``torch.Generator`` (seeded runs and runs that keep history). torch's global generator is
 used only by plain ``generate`` calls without a seed, as in the reference.
 
 **hook point** -- a dotted name where hooks run: ``logits``, ``processor.<stage label>``,
 ``scores``, ``select``, ``beam.candidates``, ``step_end``, ``finish``
-(:mod:`genlab.hooks`). A **hook** may replace the value; an **observer** (the trace, the
+(:mod:`genlab.inside.hooks`). A **hook** may replace the value; an **observer** (the trace, the
 widgets) only sees it. The verbs: ``add`` a hook, ``observe`` as an observer, ``has`` (is
 anyone listening), ``fire`` (hooks, then observers), ``notify`` (observers only); a
 strategy's ``ctx`` has the last three.
 
 **hook point inside the model** -- a point inside a built-in decoder's forward pass, named
-as TransformerLens names it (:mod:`genlab.models.taps`): ``hook_embed``
+as TransformerLens names it (:mod:`genlab.inside.taps`): ``hook_embed``
 (``hook_pos_embed`` on GPT-2), ``blocks.{i}.hook_resid_pre``,
 ``blocks.{i}.attn.hook_pattern``, ``blocks.{i}.attn.hook_z``, ``blocks.{i}.hook_attn_out``,
 ``blocks.{i}.hook_resid_mid``, ``blocks.{i}.hook_mlp_out``, ``blocks.{i}.hook_resid_post``,
 ``ln_final.hook_normalized``. Hooked from ``run.hooks`` like the loop's points; with the
 KV cache they see the **positions a step computes** (the prompt at step 0, then one token).
 An **intervention** is a hook there that changes the value: :func:`genlab.steer`,
-:func:`genlab.ablate_head`, :func:`genlab.patch` (:mod:`genlab.steering`). A
+:func:`genlab.ablate_head`, :func:`genlab.patch` (:mod:`genlab.inside.steering`). A
 **steering vector** is a difference of mean activations (:func:`genlab.steering_vector`);
 **attribution** scores earlier tokens for a generated one (:func:`genlab.attribute`).
 
@@ -103,16 +103,17 @@ by its class (``NoDigits``). Class names (``TopKLogitsWarper``) stay the classes
 The first stage is ``raw`` (the logits, what the ``logits`` hook point passes), the last
 ``final`` (the scores the strategy chooses from, the ``scores`` hook point's value).
 
-**trace** -- a :class:`~genlab.trace.Tracer` observes a run and keeps, for every token,
+**trace** -- a :class:`~genlab.run.trace.Tracer` observes a run and keeps, for every token,
 the best ``depth`` tokens of every stage (``trace={"depth": 20}``; the panels'
 ``trace_depth=``; ``depth`` is not the sampling field ``top_k``). Its
-:class:`~genlab.trace.Trace` gives the tables.
+:class:`~genlab.run.trace.Trace` gives the tables.
 
 **step data** -- what a strategy family tells the trace about a step, typed
-(:mod:`genlab.stepdata`): ``BeamStep``, ``AssistedStep``, ``ContrastiveStep``, ``DolaStep``,
+(:mod:`genlab.strategies.stepdata`): ``BeamStep``, ``AssistedStep``, ``ContrastiveStep``,
+``DolaStep``,
 with enums for candidate fates and draft sources.
 
 **finished by** -- why a run ended, ``run.finished_by``: ``"length"`` (raising
 ``max_new_tokens`` resumes it), ``"eos"``, ``"criteria"`` or ``"interrupted"``
-(:meth:`~genlab.engine.Run.stop`, Ctrl-C); the one field that says how a run ended.
+(:meth:`~genlab.run.engine.Run.stop`, Ctrl-C); the one field that says how a run ended.
 """

@@ -28,7 +28,7 @@ def lazy_exports(
     """The module ``__getattr__`` and ``__dir__`` of ``package`` (its ``__name__``).
 
     ``table``: public name -> submodule (relative to ``package``, or a full path such as
-    ``genlab.tokenizer``) that defines it, or (submodule, attribute). ``subpackages``:
+    ``genlab.text.tokenizer``) that defines it, or (submodule, attribute). ``subpackages``:
     submodules reached as attributes (``genlab.plots``). ``extra``: further names
     ``dir()`` lists (``__version__``).
     ``all_for_pydoc=False``: ``__all__`` is withheld from pydoc only, so that ``help()``

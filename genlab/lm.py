@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from .engine import Run, as_model
-from .forward_cache import DEFAULT_MAX_BYTES, ForwardCache
 from .ids import is_id_list
-from .inputs import prompt_from_mapping, prompt_ids
-from .result import GenerationResult
-from .tokens import shown
+from .run.engine import Run, as_model
+from .run.inputs import prompt_from_mapping, prompt_ids
+from .run.result import GenerationResult
+from .runtime.forward_cache import DEFAULT_MAX_BYTES, ForwardCache
+from .text.tokens import shown
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class LM:
             tokenizer = getattr(model, "tokenizer", None)
         self.tokenizer = tokenizer
         self.name = name or self.model.info.name
-        #: the forward passes of this LM's one-row runs (:mod:`genlab.forward_cache`): a run
+        #: the forward passes of this LM's one-row runs (:mod:`genlab.runtime.forward_cache`): a run
         #: that reaches tokens an earlier run computed takes its logits and keys/values
         self.cache = ForwardCache(DEFAULT_MAX_BYTES)
         if tokenizer is not None:
@@ -71,7 +71,7 @@ class LM:
 
     def cache_info(self):
         """What the LM's forward cache holds and has saved: a
-        :class:`~genlab.forward_cache.CacheInfo` (hits, misses, entries, bytes, max_bytes).
+        :class:`~genlab.runtime.forward_cache.CacheInfo` (hits, misses, entries, bytes, max_bytes).
         Set ``lm.cache.max_bytes`` to change the cap (0 keeps nothing)."""
         return self.cache.info()
 
@@ -183,11 +183,11 @@ class LM:
             system: a system message for a chat prompt;
             trace: record the distribution after every processor (True, or a dict of Trace options);
             seed: seeds the run's own random generator (sampling is then reproducible);
-            keep_history: keep what :meth:`~genlab.engine.Run.rewind` needs (on by default;
+            keep_history: keep what :meth:`~genlab.run.engine.Run.rewind` needs (on by default;
                 False for a run that only steps forward, e.g. a long one);
             config: any GenerationConfig field (``max_new_tokens=20``, ``do_sample=True`` ...),
                 or ``json_schema=``, ``regex=``, ``grammar=`` to constrain the answer
-                (:mod:`genlab.grammar`; ``pip install 'genlab[grammar]'``).
+                (:mod:`genlab.text.grammar`; ``pip install 'genlab[grammar]'``).
 
         >>> run = lm.start("Once upon a time", do_sample=True, seed=0, max_new_tokens=6)
         >>> run.step()
@@ -231,7 +231,7 @@ class LM:
                 and forked afterwards (off by default: a generation only runs forward);
             config: any GenerationConfig field (``max_new_tokens=20``, ``num_beams=4`` ...),
                 or ``json_schema=``, ``regex=``, ``grammar=`` to constrain the answer
-                (:mod:`genlab.grammar`; ``pip install 'genlab[grammar]'``).
+                (:mod:`genlab.text.grammar`; ``pip install 'genlab[grammar]'``).
 
         >>> res = lm.generate("What is the capital of France?", chat=True, max_new_tokens=12)
         >>> res.text
@@ -248,7 +248,7 @@ class LM:
         # since the last run, are freed into glibc's heap, which keeps them: 150 MB of two
         # 16-row runs in lesson 11, 268 MiB of lesson 13's one-row runs; 0.2-50 ms to give
         # back (benchmarks/README.md, issue 44)
-        from .models.quant import release_freed_memory
+        from .runtime.quant import release_freed_memory
 
         release_freed_memory()
         return run.result()
@@ -279,11 +279,12 @@ class LM:
     def __repr__(self) -> str:
         return f"LM({self.name!r}, vocab={self.info.vocab_size})"
 
-    # -- looking inside (genlab/inside.py, genlab/scoring.py) ------------------------------
+    # -- looking inside (genlab/inside/lens.py, genlab/experiments/scoring.py) ---------------
     def score(self, text, **kwargs):
         """Per-token log-prob, prob, rank, entropy and top alternatives of ``text`` under
-        teacher forcing, with mean log-prob and perplexity: see :func:`genlab.scoring.score`."""
-        from .scoring import score
+        teacher forcing, with mean log-prob and perplexity: see
+        :func:`genlab.experiments.scoring.score`."""
+        from .experiments.scoring import score
 
         return score(self, text, **kwargs)
 
@@ -292,15 +293,15 @@ class LM:
         dtype) differs from this LM token by token: top-1 agreement and KL per position of
         this LM's greedy continuations of ``prompts`` (texts or ids; None: four chat
         questions), a DataFrame; ``kwargs``: ``max_new_tokens``, ``chat`` (see
-        :func:`genlab.agreement.compare`)."""
-        from .agreement import compare
+        :func:`genlab.experiments.agreement.compare`)."""
+        from .experiments.agreement import compare
 
         return compare(self, other, prompts, **kwargs)
 
     def logit_lens(self, source, **kwargs):
         """Each layer's next-token prediction for ``source``: a run, a result, or a prompt
-        (text, messages or ids): see :func:`genlab.inside.logit_lens`."""
-        from .inside import logit_lens
+        (text, messages or ids): see :func:`genlab.inside.lens.logit_lens`."""
+        from .inside.lens import logit_lens
 
         if isinstance(source, (Run, GenerationResult)):
             return logit_lens(source, **kwargs)
@@ -308,8 +309,8 @@ class LM:
 
     def attention(self, source, **kwargs):
         """Every layer's and head's attention for one generated token of ``source`` (a run,
-        a result, or a prompt): see :func:`genlab.inside.attention`."""
-        from .inside import attention
+        a result, or a prompt): see :func:`genlab.inside.lens.attention`."""
+        from .inside.lens import attention
 
         if isinstance(source, (Run, GenerationResult)):
             return attention(source, **kwargs)
@@ -319,8 +320,8 @@ class LM:
         """The values at hook points inside the layers (``names``, default all) over
         ``source``: a prompt (text, messages or ids), or a run or result (its whole
         sequence); ``{name: (1, length, ...)}`` as TransformerLens' ``run_with_cache``. See
-        :func:`genlab.steering.activations` (kwargs: ``hooks``, ``row``, ``chat``)."""
-        from .steering import activations
+        :func:`genlab.inside.steering.activations` (kwargs: ``hooks``, ``row``, ``chat``)."""
+        from .inside.steering import activations
 
         if isinstance(source, (Run, GenerationResult)):
             return activations(source, names=names, **kwargs)
@@ -329,7 +330,7 @@ class LM:
 
 def score(model, text, **kwargs):
     """Score ``text`` under ``model`` (an LM or anything :func:`load` takes): per-token
-    log-prob, prob, rank, entropy and alternatives; see :func:`genlab.scoring.score`.
+    log-prob, prob, rank, entropy and alternatives; see :func:`genlab.experiments.scoring.score`.
 
     >>> genlab.score(lm, "The capital of France is Paris.").perplexity
     13.03

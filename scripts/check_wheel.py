@@ -62,7 +62,7 @@ def main(dist: str) -> None:
 
     sdist_names = tarfile.open(sdist).getnames()
     top = sdist_names[0].split("/")[0]
-    for needed in ("README.md", "pyproject.toml", "genlab/__init__.py", "genlab/engine.py"):
+    for needed in ("README.md", "pyproject.toml", "genlab/__init__.py", "genlab/run/engine.py"):
         if f"{top}/{needed}" not in sdist_names:
             fail(f"{needed} missing from the sdist")
 

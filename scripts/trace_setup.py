@@ -20,13 +20,13 @@ from pathlib import Path
 #: the set-up's stages in pipeline order, and the module each lives in
 STAGES = (
     ("config", "genlab.config"),
-    ("inputs", "genlab.inputs"),
-    ("plan", "genlab.plan"),
-    ("state", "genlab.state"),
+    ("inputs", "genlab.run.inputs"),
+    ("plan", "genlab.run.plan"),
+    ("state", "genlab.run.state"),
 )
 #: where the set-up is driven from: the Run (its methods are in engine and branches) and
 #: the functions that make one
-DRIVERS = ("genlab.engine", "genlab.branches", "genlab.lm")
+DRIVERS = ("genlab.run.engine", "genlab.run.branches", "genlab.lm")
 
 
 class FirstForward(Exception):
@@ -81,7 +81,7 @@ def set_up(calls):
     """The calls before the run's first step (the set-up), and those of the step up to its
     forward."""
     for i, (mod, name, _) in enumerate(calls):
-        if mod == "genlab.engine" and name == "_step":
+        if mod == "genlab.run.engine" and name == "_step":
             return calls[:i], calls[i:]
     return calls, []
 
@@ -91,7 +91,18 @@ def stage_of(path: tuple[str, ...]) -> str:
     for name, prefix in STAGES:
         if path[0] == prefix or path[0].startswith(prefix + "."):
             return name
-    return ".".join(path[0].split(".")[:2]).removeprefix("genlab.")
+    return short_name(path[0])
+
+
+#: folders that group a layer's modules: their modules keep their own names (run.context ->
+#: context); the other packages are one concept each (config.fields -> config)
+ROOMS = ("run", "runtime", "inside", "text", "experiments")
+
+
+def short_name(module: str) -> str:
+    """``genlab.run.context`` -> ``context``, ``genlab.config.fields`` -> ``config``."""
+    parts = module.split(".")[1:]
+    return parts[1] if len(parts) > 1 and parts[0] in ROOMS else parts[0]
 
 
 def stages(calls) -> list[str]:
@@ -101,13 +112,9 @@ def stages(calls) -> list[str]:
 
 
 def modules(calls, depth: int = 2) -> list[str]:
-    """The modules entered within ``depth`` module hops of the driver, in order, packages
-    shortened to their first part (``config.fields`` -> ``config``)."""
-    short = [
-        ".".join(path[-1].split(".")[:2]).removeprefix("genlab.")
-        for _, _, path in calls
-        if path and len(path) <= depth
-    ]
+    """The modules entered within ``depth`` module hops of the driver, in order, named as
+    :func:`short_name` names them."""
+    short = [short_name(path[-1]) for _, _, path in calls if path and len(path) <= depth]
     return collapse(short)
 
 

@@ -82,10 +82,84 @@ def test_the_engine_layers_never_import_widgets_or_plots():
 
 
 def test_strategies_never_see_the_run():
-    strategies = [m for m in _modules() if m.startswith("genlab.strategies")]
+    """Strategies only choose tokens: they see the StepContext they are handed, never the
+    Run, and they do not tune the machine or reach inside the model."""
     edges = _imports(_modules())
-    for mod in strategies:
-        assert "genlab.engine" not in edges[mod], f"{mod} imports the engine"
+    for mod in edges:
+        if mod.startswith("genlab.strategies"):
+            bad = _into(edges[mod], "genlab.run", "genlab.runtime", "genlab.inside")
+            assert not bad, f"{mod} imports {bad}"
+
+
+# genlab/'s own modules: the front door (genlab.load, genlab.LM, the lazy exports), the
+# reference's surface that is not part of a run (outputs, stopping criteria, streamers),
+# the glossary, the demo script, and the small normalisations every layer shares.
+TOP_LEVEL_AT_MOST = 12
+
+# The folders that show the architecture, each named for one concept.
+FOLDERS = {
+    "run": "the Run and its parts: the step loop, state, plan, records, timeline, forks",
+    "runtime": "what makes it fast on this machine: threads, weight forms, caches, draws",
+    "inside": "inside the model: hook points, the lens, steering, patching, attribution",
+    "strategies": "how the next tokens are chosen",
+    "processors": "logits processors: how the scores are changed before choosing",
+    "models": "model wrappers and loaders",
+    "text": "tokenizers, tokens as shown, chat templates, healing, grammars",
+    "config": "every setting, checked",
+    "watermark": "watermark processors and detection",
+    "experiments": "many generations: scoring, sweeps, best-of-N, evaluation",
+    "plots": "matplotlib figures",
+    "widgets": "Jupyter panels",
+}
+
+
+def _into(targets: set[str], *packages: str) -> list[str]:
+    return sorted(
+        t for t in targets if t.startswith(tuple(p + "." for p in packages)) or t in packages
+    )
+
+
+def test_the_top_level_is_a_front_door_and_folders():
+    """A newcomer who opens genlab/ sees the architecture as folders, not a flat list."""
+    direct = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(direct) <= TOP_LEVEL_AT_MOST, f"{len(direct)} modules directly in genlab/: {direct}"
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(FOLDERS), f"folders {sorted(folders)}; FOLDERS says {sorted(FOLDERS)}"
+    for name in FOLDERS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text()))
+        assert doc, f"genlab/{name}/__init__.py has no docstring saying what the folder holds"
+
+
+def test_the_runtime_knows_nothing_of_runs():
+    """The run calls the runtime (threads, weight forms, caches); the runtime never calls
+    back up, so machine tuning cannot reach into the step loop's decisions."""
+    edges = _imports(_modules())
+    for mod in edges:
+        if mod.startswith("genlab.runtime"):
+            bad = _into(edges[mod], "genlab.run", "genlab.strategies", "genlab.processors")
+            assert not bad, f"{mod} imports {bad}"
+
+
+def test_inside_the_model_works_without_a_run():
+    """Hook points, the lens and steering work on a model, so they work in any run, in a
+    fork, and outside one: nothing in genlab.inside imports the run or a strategy."""
+    edges = _imports(_modules())
+    for mod in edges:
+        if mod.startswith("genlab.inside"):
+            bad = _into(edges[mod], "genlab.run", "genlab.strategies", "genlab.experiments")
+            assert not bad, f"{mod} imports {bad}"
+
+
+def test_only_the_layers_above_the_run_import_it():
+    """The run sits on the strategies, processors, models and runtime; only the front door
+    (genlab.lm), experiments, plots and widgets import it."""
+    above = ("genlab.run", "genlab.experiments", "genlab.plots", "genlab.widgets")
+    edges = _imports(_modules())
+    for mod in edges:
+        if mod in ("genlab", "genlab.lm") or mod.startswith(above):
+            continue
+        bad = _into(edges[mod], "genlab.run", "genlab.experiments")
+        assert not bad, f"{mod} imports {bad}"
 
 
 def _defines_a_model(node: ast.ClassDef) -> bool:
@@ -102,7 +176,7 @@ def _defines_a_model(node: ast.ClassDef) -> bool:
 
 
 def test_strategies_hold_strategies_not_tables_or_models():
-    """strategies/ only chooses tokens: its pandas tables live with the tables (genlab.trace),
+    """strategies/ only chooses tokens: its pandas tables live with the tables (genlab.run.trace),
     model wrappers in models/, and the shared beam bookkeeping in its own module."""
     mods = _modules()
     for mod, path in mods.items():
@@ -117,7 +191,7 @@ def test_strategies_hold_strategies_not_tables_or_models():
             else:
                 names = []
             assert not [n for n in names if n.split(".")[0] == "pandas"], (
-                f"{mod} imports pandas: build its tables in genlab.trace"
+                f"{mod} imports pandas: build its tables in genlab.run.trace"
             )
             if isinstance(node, ast.ClassDef):
                 assert not _defines_a_model(node), (

@@ -10,11 +10,11 @@ import torch
 from helpers import assert_same, tiny_llama
 
 import genlab
-from genlab.engine import start
 from genlab.models.architectures import build_decoder
 from genlab.models.early_exit import EarlyExitModel
+from genlab.run.engine import start
+from genlab.run.trace import acceptance_rate, assisted_table
 from genlab.strategies.assisted import greedy_matches, prompt_lookup_candidates
-from genlab.trace import acceptance_rate, assisted_table
 
 IDS = torch.tensor([[5, 17, 33, 8, 5, 17, 40, 5, 17]])
 COMMON = dict(

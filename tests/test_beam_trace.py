@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import genlab
 from genlab.plots.beam import RETURNED, STYLE, beam_tree
-from genlab.stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
+from genlab.strategies.stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 
 OUT = dict(return_dict_in_generate=True, output_scores=True)
 pytestmark = pytest.mark.filterwarnings("ignore:.*(Group|Constrained) Beam Search")

@@ -12,10 +12,10 @@ from helpers import tiny_gpt2, tiny_llama
 from transformers import CompileConfig as ReferenceCompileConfig
 
 import genlab
-from genlab.caches import StaticKVCache
 from genlab.config import CompileConfig
-from genlab.engine import start
 from genlab.models.architectures import build_decoder
+from genlab.run.engine import start
+from genlab.runtime.kv_cache import StaticKVCache
 
 IDS = torch.tensor([[5, 17, 33, 8, 5, 17, 40, 5, 17], [0, 0, 0, 9, 21, 40, 11, 7, 3]])
 MASK = (torch.arange(IDS.shape[1]) >= torch.tensor([[0], [3]])).long()

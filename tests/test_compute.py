@@ -1,4 +1,4 @@
-"""genlab.compute: best-of-N, self-consistency and coverage curves. The unbiased pass@k
+"""genlab.experiments.compute: best-of-N, self-consistency and coverage curves. The unbiased pass@k
 against counting subsets; seeded tables reproducible; the executor path gives the
 in-process table; verifiers that raise are reported per sample; the rules choose what
 they say; bad input is refused by name; the task set's checker; the plot and the panel."""
@@ -16,7 +16,7 @@ from helpers import tiny_llama
 from test_lens import assert_legible
 
 import genlab
-from genlab import compute, tasks
+from genlab.experiments import compute, tasks
 
 PROMPT = torch.tensor([[1, 5, 17, 33]])  # the tiny model has no tokenizer: texts are id lists
 

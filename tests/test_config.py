@@ -483,7 +483,7 @@ def test_from_any_accepts_reference_configs_and_dicts():
 
 
 def test_constraints_objects_cannot_be_written_to_json():
-    from genlab.constraints import PhrasalConstraint
+    from genlab.strategies.constraints import PhrasalConstraint
 
     cfg = GenerationConfig(num_beams=2, constraints=[PhrasalConstraint([1, 2])])
     with pytest.raises(ValueError, match="constraints"):

@@ -1,4 +1,4 @@
-"""genlab.constraints against transformers 4.56.2's beam_constraints, step by step."""
+"""genlab.strategies.constraints against transformers 4.56.2's beam_constraints, step by step."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers.generation import beam_constraints as ref
 
-from genlab import constraints as gl
+from genlab.strategies import constraints as gl
 
 VOCAB = 6  # small, so random streams hit the constraints often
 

@@ -20,12 +20,12 @@ from record_contrastive_fixtures import (
 )
 
 import genlab
+from genlab.run.trace import contrastive_table
 from genlab.strategies.contrastive import (
     ContrastiveSearch,
     contrastive_scores,
     degeneration_penalty,
 )
-from genlab.trace import contrastive_table
 
 REFERENCE = torch.load(FIXTURE, weights_only=True)
 
@@ -56,7 +56,7 @@ def test_padded_row_reaches_eos_then_pads(models):
 def test_mode_is_contrastive_and_builtin_path_differs_from_greedy(models):
     model = models["llama_s0"]
     ids = torch.tensor([[3, 14, 15, 9, 26]])
-    run = genlab.engine.start(model, input_ids=ids, penalty_alpha=0.9, top_k=5, max_new_tokens=6)
+    run = genlab.start(model, input_ids=ids, penalty_alpha=0.9, top_k=5, max_new_tokens=6)
     assert isinstance(run.views.strategy, ContrastiveSearch)
     contrastive = run.run()
     greedy = genlab.generate(model, input_ids=ids, max_new_tokens=6)
@@ -82,7 +82,7 @@ def test_contrastive_scores_formula():
 def test_trace_table_has_every_candidate_and_the_choice(models):
     model = models["llama_s0"]
     ids = torch.tensor([[3, 14, 15, 9, 26]])
-    run = genlab.engine.start(
+    run = genlab.run.engine.start(
         model, input_ids=ids, penalty_alpha=0.5, top_k=4, max_new_tokens=5, keep_history=True
     )
     out = run.run()
@@ -104,14 +104,14 @@ def test_rewind_and_force_keep_contrastive_state_consistent(models):
     ids = torch.tensor([[3, 14, 15, 9, 26]])
     kwargs = dict(input_ids=ids, penalty_alpha=0.6, top_k=3, max_new_tokens=6)
     full = genlab.generate(model, **kwargs)
-    run = genlab.engine.start(model, keep_history=True, **kwargs)
+    run = genlab.run.engine.start(model, keep_history=True, **kwargs)
     run.step()
     run.step()
     run.step()
     run.rewind(2)
     assert torch.equal(run.run(), full)
     # forcing the reference's own next token reproduces the same continuation
-    forced = genlab.engine.start(model, **kwargs)
+    forced = genlab.run.engine.start(model, **kwargs)
     forced.force(int(full[0, 5]))
     assert torch.equal(forced.run(), full)
 
@@ -120,7 +120,7 @@ def test_contrastive_plot_marks_the_chosen_candidate(models):
     from genlab.plots import contrastive_plot
 
     ids = torch.tensor([[3, 14, 15, 9, 26]])
-    run = genlab.engine.start(
+    run = genlab.run.engine.start(
         models["llama_s0"], input_ids=ids, penalty_alpha=0.5, top_k=3, max_new_tokens=2,
         keep_history=True,
     )  # fmt: skip

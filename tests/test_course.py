@@ -23,7 +23,7 @@ import genlab
 from genlab.processors.build import build_processors
 from genlab.processors.warpers import EpsilonLogitsWarper, EtaLogitsWarper
 from genlab.strategies.dola import relative_top_filter
-from genlab.tokens import token_text
+from genlab.text.tokens import token_text
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))

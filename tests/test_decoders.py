@@ -33,7 +33,7 @@ from genlab.models.architectures import (
 from genlab.models.base import KVCache, ModelInfo
 from genlab.models.gpt2 import GPT2Decoder
 from genlab.models.llama import LlamaDecoder
-from genlab.models.matmul import dense_weight, row_blocks
+from genlab.runtime.matmul import dense_weight, row_blocks
 
 hf_logging.set_verbosity_error()
 TOL = 1e-4

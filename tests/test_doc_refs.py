@@ -16,10 +16,10 @@ def test_no_docstring_cross_reference_resolves_to_nothing():
 
 
 def test_a_reference_to_a_moved_or_missing_name_is_caught():
-    import genlab.engine as engine
+    import genlab.run.engine as engine
 
-    assert doc_refs.resolves("~genlab.result.GenerationResult", engine)
-    assert not doc_refs.resolves("~genlab.records.GenerationResult", engine)  # it moved
+    assert doc_refs.resolves("~genlab.run.result.GenerationResult", engine)
+    assert not doc_refs.resolves("~genlab.run.records.GenerationResult", engine)  # it moved
     assert doc_refs.resolves("rewind", engine, engine.Run)
     assert doc_refs.resolves("timeline", engine, engine.Run)  # set in __init__
     assert not doc_refs.resolves("stop_now", engine, engine.Run)

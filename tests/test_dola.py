@@ -17,8 +17,8 @@ from record_dola_fixtures import CASES, FIXTURE, MODELS
 import genlab
 from genlab.models.architectures import build_decoder
 from genlab.models.table import TableLM
+from genlab.run.trace import dola_table
 from genlab.strategies.dola import candidate_layers, contrast_logits
-from genlab.trace import dola_table
 
 REFERENCE = torch.load(FIXTURE, weights_only=True)
 

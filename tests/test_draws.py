@@ -1,4 +1,4 @@
-"""genlab.strategies.draws.multinomial: torch.multinomial's draws, bit for bit, from the same
+"""genlab.runtime.draws.multinomial: torch.multinomial's draws, bit for bit, from the same
 random state, leaving the generator where torch.multinomial leaves it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from genlab.strategies.draws import exact_race, multinomial
+from genlab.runtime.draws import exact_race, multinomial
 
 
 def both(probs, k, seed):

@@ -8,7 +8,7 @@ import torch
 from helpers import tiny_llama
 
 import genlab
-from genlab.models.matmul import dense_weight
+from genlab.runtime.matmul import dense_weight
 
 
 def reference_in(dtype, seed=5):

@@ -12,7 +12,7 @@ import torch
 from helpers import assert_same
 
 import genlab
-from genlab.encdec import decoder_start_ids, initial_decoder_ids, split_encoder_kwargs
+from genlab.run.encdec import decoder_start_ids, initial_decoder_ids, split_encoder_kwargs
 
 VOCAB = 96
 

@@ -1,4 +1,4 @@
-"""genlab.evaluate: distinct-n, self-BLEU and MAUVE against hand computations, the
+"""genlab.experiments.evaluate: distinct-n, self-BLEU and MAUVE against hand computations, the
 bootstrap's intervals and seeds, the sample size a difference needs, and the errors."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from genlab import evaluate as ev
+from genlab.experiments import evaluate as ev
 
 # the eval extra (genlab[eval]: mauve-text, nltk); the runtime-only venv of make wheel-check
 # has neither
@@ -186,7 +186,7 @@ def test_bad_input_gets_an_error_naming_the_argument(call, message):
 
 
 def test_features_are_the_final_hidden_states_of_each_text(demo):
-    from genlab.inside import teacher_forced
+    from genlab.inside.lens import teacher_forced
 
     got = ev.features(demo, ["The sea is calm.", "Waves."], context="Describe the sea.")
     assert got.shape == (2, 576)  # SmolLM2-135M's hidden size

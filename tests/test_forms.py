@@ -1,4 +1,4 @@
-"""The measured choice of a weight matrix's form (genlab/models/matmul.py: choose_form) and
+"""The measured choice of a weight matrix's form (genlab/runtime/matmul.py: choose_form) and
 the form that keeps both (TwoForms: split rows for one row, packed for several)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from helpers import tiny_llama
 
 import genlab
-from genlab.models import matmul as mm
 from genlab.models.architectures import build_decoder
+from genlab.runtime import matmul as mm
 
 
 @pytest.mark.parametrize("rows", [1, 2, 16, 40])

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import genlab
-from genlab.forward_cache import ForwardCache, weights_key
 from genlab.models.architectures import build_decoder
+from genlab.runtime.forward_cache import ForwardCache, weights_key
 
 PROMPT = torch.tensor([[1, 5, 17, 33, 8, 21, 40, 11, 7, 9]])
 OUTPUTS = dict(output_scores=True, output_logits=True)
@@ -443,7 +443,7 @@ def test_a_swapped_part_or_function_is_seen():
 
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_quantized_scales_and_swapped_matrices_are_seen(mode):
-    from genlab.models.quant import Int4Weight
+    from genlab.runtime.quant import Int4Weight
 
     def scale(model):
         with torch.no_grad():
@@ -461,7 +461,7 @@ def test_quantized_scales_and_swapped_matrices_are_seen(mode):
 
 
 def test_the_weights_are_read_once_per_call_not_per_step(decoder, monkeypatch):
-    import genlab.forward_cache as fc
+    import genlab.runtime.forward_cache as fc
 
     reads = []
     real = fc.weights_fingerprint

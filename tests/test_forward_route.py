@@ -1,4 +1,4 @@
-"""How a run's steps call the model is chosen once, with the plan (genlab/plan.py
+"""How a run's steps call the model is chosen once, with the plan (genlab/run/plan.py
 ``forward_route``): the step asks only whether hooks sit inside the layers."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import genlab
-from genlab.forward_cache import ForwardCache
 from genlab.models.table import TableLM
+from genlab.runtime.forward_cache import ForwardCache
 
 TABLE = {"": {"a": 1.0}, "a": {"b": 1.0}, "a b": {"c": 1.0}}
 

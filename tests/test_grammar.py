@@ -1,4 +1,4 @@
-"""Structured output (json_schema=, regex=, grammar=; genlab/grammar.py and
+"""Structured output (json_schema=, regex=, grammar=; genlab/text/grammar.py and
 genlab/processors/grammar.py) against transformers 4.56.2 running the same llguidance
 engine through a transformers LogitsProcessor, and on the steppable run.
 
@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 import genlab
 import genlab.plots
-from genlab.grammar import compile_grammar
 from genlab.processors.grammar import GrammarLogitsProcessor
+from genlab.text.grammar import compile_grammar
 
 PERSON = {
     "type": "object",

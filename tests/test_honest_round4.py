@@ -22,10 +22,10 @@ import pytest
 import torch
 
 import genlab
-from genlab import threads
-from genlab.agreement import summary
 from genlab.config import GenerationConfig
-from genlab.steering import steering_vector
+from genlab.experiments.agreement import summary
+from genlab.inside.steering import steering_vector
+from genlab.runtime import threads
 
 # ---- 1. silent results ------------------------------------------------------------------
 
@@ -259,7 +259,7 @@ def test_make_test_summary_lists_skipped_steps(tmp_path):
 
 
 def test_the_steering_strength_table_in_the_docs_is_what_the_demo_does(demo):
-    import genlab.steering as steering
+    import genlab.inside.steering as steering
 
     rows = re.findall(r'^\| ([\d.]+) \| "(.*)" \|$', steering.__doc__, flags=re.M)
     table = dict((float(k), v) for k, v in rows)
@@ -340,7 +340,7 @@ def test_the_readme_warns_about_scripts_beside_the_clone_as_python_behaves(tmp_p
 
 
 def test_beam_score_and_logprob_columns_are_explained_and_as_explained(demo):
-    from genlab.result import GenerationResult
+    from genlab.run.result import GenerationResult
 
     doc = " ".join(GenerationResult.transition_scores.__doc__.split())
     assert "With beams the two columns hold almost the same number" in doc

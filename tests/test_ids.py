@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genlab.constraints import PhrasalConstraint
 from genlab.ids import is_id_list, is_token_id
 from genlab.stopping import EosTokenCriteria
+from genlab.strategies.constraints import PhrasalConstraint
 
 
 def test_a_bool_is_refused_as_a_token_id_by_stopping_and_by_constraints_alike():

@@ -72,7 +72,7 @@ def test_bad_prompts_fail_before_the_model(hf_llama, builtin, path, prompt, mess
     model = hf_llama if path == "hf" else builtin
     with pytest.raises(ValueError, match=message) as info:
         genlab.generate(model, prompt, max_new_tokens=2)
-    assert str(info.traceback[-1].path).endswith("genlab/inputs.py")  # checked up front
+    assert str(info.traceback[-1].path).endswith("genlab/run/inputs.py")  # checked up front
 
 
 def test_int16_and_uint8_ids_work_like_int64(hf_llama):

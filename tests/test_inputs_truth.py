@@ -26,7 +26,7 @@ from helpers import tiny_gpt2, tiny_llama
 from test_loading import train_bpe
 
 import genlab
-from genlab.inside import as_sequence
+from genlab.inside.lens import as_sequence
 
 TEXT = "the quick brown fox"
 TEXTS = ["hello world", "the quick brown fox jumps over"]

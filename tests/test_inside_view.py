@@ -1,4 +1,4 @@
-"""InsideView (genlab/widgets/steering.py): steering at a layer with a strength slider and
+"""InsideView (genlab/widgets/inside.py): steering at a layer with a strength slider and
 the attribution heatmap of the generated text; Stop, the static view, bad input."""
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.generation.stopping_criteria import StopStringCriteria as RefStopStrings
 
 import genlab
-from genlab.stepdata import CandidateFate
 from genlab.stopping import StopStringCriteria
+from genlab.strategies.stepdata import CandidateFate
 from genlab.streamers import TextIteratorStreamer
 
 PROMPT = "Once upon a time"

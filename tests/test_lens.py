@@ -10,7 +10,7 @@ import torch
 from helpers import tiny_gpt2, tiny_llama
 
 import genlab
-from genlab.inside import attention, logit_lens
+from genlab.inside.lens import attention, logit_lens
 from genlab.models.architectures import build_decoder
 from genlab.models.table import TableLM
 

@@ -21,7 +21,7 @@ from helpers import tiny_gpt2
 from genlab.models import load_model
 from genlab.models.checkpoints import download_from_hub, read_checkpoint
 from genlab.models.gguf import read_gguf
-from genlab.tokenizer import Tokenizer
+from genlab.text.tokenizer import Tokenizer
 
 HASH = "0123456789abcdef0123456789abcdef01234567"
 

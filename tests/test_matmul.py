@@ -1,4 +1,4 @@
-"""The two forms of a decoder's weight matrices (genlab/models/matmul.py): packed into
+"""The two forms of a decoder's weight matrices (genlab/runtime/matmul.py): packed into
 oneDNN's layout (the CPU default) and row blocks (elsewhere). Both must give the products
 torch's ``F.linear`` gives, for any number of rows, and decoders built either way must
 generate the same tokens as transformers."""
@@ -13,7 +13,7 @@ from test_decoders import tiny_gpt2
 
 import genlab
 from genlab.models.architectures import build_decoder
-from genlab.models.matmul import can_pack, dense_weight, matmul, out_features, pack_weight
+from genlab.runtime.matmul import can_pack, dense_weight, matmul, out_features, pack_weight
 
 
 def weights(out=48, inp=40, seed=0):

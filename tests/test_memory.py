@@ -39,7 +39,7 @@ def test_a_fresh_load_and_generate_fits(quantization, limit_mib):
 def test_a_one_row_generate_gives_freed_heap_back(demo, monkeypatch):
     """lm.generate trims glibc's heap after every run, one row included: lesson 13's one-row
     runs left 268 MiB of freed memory resident before (issue 44)."""
-    import genlab.models.quant as quant
+    import genlab.runtime.quant as quant
 
     calls = []
     monkeypatch.setattr(quant, "release_freed_memory", lambda: calls.append(1))

@@ -11,10 +11,10 @@ import torch
 from helpers import assert_same, tiny_llama
 
 import genlab
-from genlab.caches import StaticKVCache
-from genlab.engine import start
-from genlab.healing import heal_tokens, token_extensions
 from genlab.models.architectures import build_decoder
+from genlab.run.engine import start
+from genlab.runtime.kv_cache import StaticKVCache
+from genlab.text.healing import heal_tokens, token_extensions
 
 IDS = torch.tensor([[5, 17, 33, 8, 5, 17, 40, 5, 17]])
 COMMON = dict(

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import genlab
-from genlab.context import StepContext
+from genlab.run.context import StepContext
+from genlab.run.trace import TRANSITION_COLUMNS, Trace
 from genlab.strategies import STRATEGIES
 from genlab.strategies.sampling import TokenByToken
-from genlab.trace import TRANSITION_COLUMNS, Trace
 
 
 def test_the_glossary_names_what_the_code_uses():
@@ -22,7 +22,7 @@ def test_the_glossary_names_what_the_code_uses():
     text = glossary.__doc__
     names = {  # each name the glossary gives, and where the code has it
         "run.step_index": genlab.Run,
-        "run.views.gen_config": genlab.context.RunView,
+        "run.views.gen_config": genlab.run.context.RunView,
         "finished_by": genlab.Run,
         "ctx.criteria_met": StepContext,
         "ctx.gen_config": StepContext,

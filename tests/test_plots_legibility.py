@@ -118,7 +118,7 @@ def test_no_zero_probability_candidates_and_the_chosen_one_always(zipf):
 
 
 def test_tokens_are_labelled_as_decoded_text(seven_stages):
-    assert tokens.label(" said") == "\u2423said"  # genlab.tokens.show_token's rule
+    assert tokens.label(" said") == "\u2423said"  # genlab.text.tokens.show_token's rule
     assert tokens.label("\n") == "\u21b5" and tokens.label("$5") == r"\$5"
     fig = tokens.topk_bars(seven_stages, 0)
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]

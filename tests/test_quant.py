@@ -1,4 +1,4 @@
-"""Quantized weights (genlab.models.quant): the demo's int4 weights are its GGUF file's own
+"""Quantized weights (genlab.runtime.quant): the demo's int4 weights are its GGUF file's own
 blocks, products agree with the dense weights they stand for, the memory is a quarter of
 float32 or less, and the float32 model drafted by its own int4 copy writes its own tokens."""
 
@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from helpers import tiny_gpt2, tiny_llama
 
 import genlab
-from genlab.agreement import summary
+from genlab.experiments.agreement import summary
 from genlab.models.architectures import build_decoder
-from genlab.models.matmul import dense_weight, weight_bytes
-from genlab.models.quant import Int4Weight, Int8Weight, check_quantization
+from genlab.runtime.matmul import dense_weight, weight_bytes
+from genlab.runtime.quant import Int4Weight, Int8Weight, check_quantization
 
 MATRICES = ("qkv", "o", "gate_up", "down")
 
@@ -163,7 +163,7 @@ def test_bad_quantization_arguments_say_what_to_give():
 def test_a_sweeps_workers_load_the_same_quantization(demo_int4):
     """genlab.sweep(..., executor=...) sends the load arguments to its workers: they must
     load the int4 model, not the float32 one."""
-    from genlab.sweeps import spec_of, worker_model
+    from genlab.experiments.sweeps import spec_of, worker_model
 
     spec = spec_of(demo_int4)
     assert spec.quantization == "int4"

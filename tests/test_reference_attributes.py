@@ -110,7 +110,12 @@ REFERENCE_ONLY = {
         "target_lens",
     },
 }
-GENLAB_MODULES = ["genlab.processors", "genlab.stopping", "genlab.constraints", "genlab.watermark"]
+GENLAB_MODULES = [
+    "genlab.processors",
+    "genlab.stopping",
+    "genlab.strategies.constraints",
+    "genlab.watermark",
+]
 REFERENCE_MODULES = [
     "transformers.generation.logits_process",
     "transformers.generation.stopping_criteria",
@@ -189,7 +194,7 @@ def test_constraint_list_state_attributes():
     from transformers.generation.beam_constraints import ConstraintListState as RefState
     from transformers.generation.beam_constraints import PhrasalConstraint as RefPhrasal
 
-    from genlab.constraints import ConstraintListState, PhrasalConstraint
+    from genlab.strategies.constraints import ConstraintListState, PhrasalConstraint
 
     ref = RefState([RefPhrasal([1, 2]), RefPhrasal([3, 4, 5])])
     ours = ConstraintListState([PhrasalConstraint([1, 2]), PhrasalConstraint([3, 4, 5])])

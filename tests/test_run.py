@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import genlab
-from genlab.engine import Run
+from genlab.run.engine import Run
 
 PROMPT = torch.tensor([[1, 5, 17, 33, 8]])
 
@@ -229,7 +229,7 @@ def test_start_takes_the_prompt_like_generate(hf_llama):
 
 
 def test_the_hook_verbs_are_add_observe_has_fire_notify(hf_llama):
-    from genlab.hooks import HookRegistry
+    from genlab.inside.hooks import HookRegistry
 
     registry = HookRegistry()
     assert not registry.has("processor.*")

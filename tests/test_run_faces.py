@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import genlab
-from genlab.context import RunView, StepContext
+from genlab.run.context import RunView, StepContext
 
 PROMPT = torch.tensor([[1, 5, 17, 33, 8]])
 

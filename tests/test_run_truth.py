@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import genlab
 from conftest import tiny_llama
 from genlab.models.architectures import build_decoder
-from genlab.randomness import CHECKPOINT_EVERY
+from genlab.run.randomness import CHECKPOINT_EVERY
 
 PROMPT = torch.tensor([[1, 5, 17, 33, 8]])
 EOS = 2
@@ -477,7 +477,7 @@ def test_forks_equal_independent_replays_of_their_own_operations(model, mode, op
     ids=["prompt_lookup", "assistant", "assistant_sampled"],
 )
 def test_11_assisted_traces_record_every_accepted_token_with_its_draft(model, cfg):
-    from genlab.stepdata import AssistedStep, TokenOrigin
+    from genlab.strategies.stepdata import AssistedStep, TokenOrigin
 
     cfg = dict(cfg)
     if cfg.pop("assistant", False):

@@ -1,6 +1,6 @@
 """The same call gives the same bits in every process on one machine, whatever else the
 machine is doing (issue 44): the weight form and the quantized products' activations are
-chosen from what the machine is, never timed (genlab/models/matmul.py, choose_form)."""
+chosen from what the machine is, never timed (genlab/runtime/matmul.py, choose_form)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import torch
 from helpers import tiny_gpt2
 
 import genlab
-from genlab.engine import start
+from genlab.run.engine import start
 
 _SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "trace_setup.py"
 _spec = importlib.util.spec_from_file_location("trace_setup", _SCRIPT)
@@ -28,7 +28,7 @@ _spec.loader.exec_module(trace_setup)
 RUN_PARTS = ["hooks", "context", "models"]
 PIPELINE = ["config", "inputs", "plan", "state"]
 #: after the pipeline: the hook registry bound to the adapted model's hook points inside its
-#: layers (genlab.models.taps), so that hooks named there are checked and seen by the model
+#: layers (genlab.inside.taps), so that hooks named there are checked and seen by the model
 BOUND = ["hooks"]
 #: then run() (generate's) enters the busy-machine thread policy, threads.watching(), once
 #: for the whole call: outside the step loop, before the first step
@@ -78,7 +78,7 @@ def test_a_run_with_history_and_trace_attaches_them_after_the_pipeline(model):
             keep_history=True, trace=True, seed=0,
         )  # fmt: skip
 
-    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + BOUND + ["history", "trace"]
+    assert _set_up_stages(go) == RUN_PARTS + PIPELINE + BOUND + ["timeline", "trace"]
 
 
 def test_the_first_step_ends_the_set_up(model):
@@ -90,5 +90,5 @@ def test_the_first_step_ends_the_set_up(model):
     )
     setup, step = trace_setup.set_up(calls)
     assert setup and step
-    assert step[0][:2] == ("genlab.engine", "_step")
+    assert step[0][:2] == ("genlab.run.engine", "_step")
     assert all(name != "forward" for _, name, _ in calls)

@@ -46,7 +46,7 @@ def test_a_failed_step_puts_a_stateful_processor_back():
 
 
 def test_a_stateful_processor_makes_rewind_replay():
-    from genlab.history import needs_replay
+    from genlab.run.timeline import needs_replay
 
     lm = TableLM(TABLE, fallback="uniform")
     ids = lm.tokenizer("", return_tensors="pt").input_ids

@@ -1,5 +1,5 @@
-"""Steering vectors, ablation and patching (genlab/steering.py) and input attribution
-(genlab/attribution.py), against the steering-vectors package and captum on the same
+"""Steering vectors, ablation and patching (genlab/inside/steering.py) and input attribution
+(genlab/inside/attribution.py), against the steering-vectors package and captum on the same
 transformers model, and on the demo model."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from helpers import tiny_gpt2, tiny_llama
 
 import genlab
-from genlab.attribution import attribute
+from genlab.inside.attribution import attribute
 from genlab.models.architectures import build_decoder
 
 WORDS = "the a cat dog sat ran on mat happy sad good bad day night I you love hate it is".split()

@@ -9,7 +9,7 @@ from helpers import tiny_llama
 from test_lens import assert_legible
 
 import genlab
-from genlab.sweeps import METRICS, distinct, repetition
+from genlab.experiments.sweeps import METRICS, distinct, repetition
 
 PROMPT = torch.tensor([[1, 5, 17, 33]])
 GRID = {"temperature": [0.6, 1.4], "top_p": [0.5, 1.0]}

@@ -12,7 +12,7 @@ import torch
 from helpers import tiny_llama
 
 import genlab
-from genlab import sweeps
+from genlab.experiments import sweeps
 
 GRID = {"temperature": [0.7, 1.0, 1.3], "top_k": [0, 20]}
 PROMPT = torch.tensor([[5, 9, 2, 7, 11]])  # token ids: the tiny checkpoint has no tokenizer

@@ -1,4 +1,4 @@
-"""Hook points inside the built-in decoders (genlab/models/taps.py): TransformerLens names,
+"""Hook points inside the built-in decoders (genlab/inside/taps.py): TransformerLens names,
 values equal to transformers' hidden states and attentions, hooks that replace and
 observers that only see, exact with the KV cache, kept by rewind / fork / replay, and the
 forward-result cache's contract (``model.has_active_hooks()``)."""
@@ -10,9 +10,9 @@ import torch
 from helpers import tiny_gpt2, tiny_llama
 
 import genlab
-from genlab.hooks import HookRegistry
+from genlab.inside.hooks import HookRegistry
+from genlab.inside.taps import Taps
 from genlab.models.architectures import build_decoder
-from genlab.models.taps import Taps
 
 IDS = torch.tensor([[5, 17, 33, 8, 9, 12, 40]])
 
@@ -145,7 +145,7 @@ def vec(demo):
 
 def test_interventions_exact_with_the_cache(demo, vec):
     src = demo.activations("My dog is", names=["blocks.8.hook_resid_pre"])
-    means = genlab.steering.head_means(demo, ["The cat sat on the mat."], 0)
+    means = genlab.inside.steering.head_means(demo, ["The cat sat on the mat."], 0)
     cases = {
         "steer": {"blocks.12.hook_resid_post": genlab.steer(vec, 0.3)},
         "steer at positions": {"blocks.3.hook_resid_mid": genlab.steer(vec, 0.6, [1, 4, 6])},
@@ -210,7 +210,8 @@ def test_rewind_fork_and_replay_keep_interventions(demo, vec):
 
 
 def test_forward_cache_never_serves_a_hooked_run(demo, vec):
-    """The contract with the LM's forward-result cache (genlab/forward_cache.py): it bypasses
+    """The contract with the LM's forward-result cache (genlab/runtime/forward_cache.py): it
+    bypasses
     itself while ``model.has_active_hooks()``; the passes of an identical earlier run are
     not used by a run with hooks inside the model."""
     import gc

@@ -1,4 +1,4 @@
-"""Thread defaults for shared machines (genlab/threads.py): while other processes keep the
+"""Thread defaults for shared machines (genlab/runtime/threads.py): while other processes keep the
 CPUs busy, OpenMP threads are parked (libgomp's short, throttled spin) as a run steps; the
 thread count is capped by the CPUs the process may use; a user's own settings are kept."""
 
@@ -13,7 +13,7 @@ from time import sleep
 import pytest
 import torch
 
-from genlab import threads
+from genlab.runtime import threads
 
 SHOW = "import os; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OMP_NUM_THREADS'))"
 PARKED_NAME = "genlab-omp-park"
@@ -38,7 +38,7 @@ def test_importing_genlab_in_either_order_leaves_the_environment_alone():
 
 def test_importing_genlab_reads_no_machine_state_and_sets_no_variable():
     code = (
-        "import os, genlab; from genlab import threads; "
+        "import os, genlab; from genlab.runtime import threads; "
         "print(threads._adapter.reading, os.environ.get('TOKENIZERS_PARALLELISM'))"
     )
     clean = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}

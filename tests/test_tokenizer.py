@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from genlab.tokenizer import BatchEncoding, Tokenizer
+from genlab.text.tokenizer import BatchEncoding, Tokenizer
 
 TEXTS = [
     "Hello world",
@@ -100,7 +100,7 @@ def test_a_token_holding_part_of_a_character_is_shown_as_its_bytes(demo_pair):
     two tokens here); a person sees those bytes, read from the token's piece."""
     from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
 
-    from genlab.tokens import piece_bytes, show_bytes, shown
+    from genlab.text.tokens import piece_bytes, show_bytes, shown
 
     ours, _, _ = demo_pair
     # every one of GPT-2's 256 byte-level characters reads back as its byte

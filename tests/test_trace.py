@@ -1,4 +1,4 @@
-"""The Tracer's stage summaries (genlab/trace.py)."""
+"""The Tracer's stage summaries (genlab/run/trace.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import dataclasses
 import pytest
 import torch
 
-from genlab.engine import Run
+from genlab.run.engine import Run
 
 
 @pytest.mark.parametrize(
     "settings", [dict(), dict(do_sample=True, top_k=5, temperature=0.7)], ids=["greedy", "sample"]
 )
 def test_a_stage_that_changed_nothing_is_summarised_once_and_recorded_as_before(hf_llama, settings):
-    from genlab.trace import Tracer
+    from genlab.run.trace import Tracer
 
     def traced(copy_stages):
         original = Tracer.on_stage
@@ -42,7 +42,7 @@ def test_a_stage_that_changed_nothing_is_summarised_once_and_recorded_as_before(
 def test_the_trace_keeps_depth_tokens_and_refuses_a_depth_below_one(hf_llama):
     import genlab
     from genlab.models.architectures import build_decoder
-    from genlab.trace import Tracer
+    from genlab.run.trace import Tracer
 
     model = build_decoder(hf_llama.config.to_dict(), hf_llama.state_dict())
     run = genlab.start(model, torch.tensor([[1, 5, 17]]), max_new_tokens=2, trace={"depth": 3})

@@ -1005,7 +1005,7 @@ def test_run_is_stopped_and_clicks_during_it_are_refused_in_words(uniform):
 
 
 def test_running_text_keeps_spaces_and_shows_a_split_character_whole():
-    from genlab.tokens import running_pieces
+    from genlab.text.tokens import running_pieces
     from genlab.widgets.render import contrast, ink, prob_colour, prob_text, token_spans
 
     html_text = token_spans([" the", " end", "\n", "x"], [0.9, 0.0, 0.5, 1e-7])

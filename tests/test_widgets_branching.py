@@ -14,7 +14,7 @@ from genlab.models.table import TableLM
 from genlab.widgets import branching
 from genlab.widgets.compare import CompareView
 from genlab.widgets.explorers import BeamExplorer, WatermarkExplorer
-from genlab.widgets.inside import LensView
+from genlab.widgets.lens import LensView
 
 WORDS = "a b c d e f g h i j k l m n o p q r s t".split()
 
@@ -40,9 +40,9 @@ def click_second(picker):
 def test_the_panels_share_one_click_to_branch_code():
     import inspect
 
-    from genlab.widgets import compare, debugger, explorers, inside, playground
+    from genlab.widgets import compare, debugger, explorers, lens, playground
 
-    for module in (compare, debugger, explorers, inside, playground):
+    for module in (compare, debugger, explorers, lens, playground):
         source = inspect.getsource(module)
         assert "branching import" in source and 'add_class("genlab-alternative")' not in source
 

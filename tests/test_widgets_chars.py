@@ -11,7 +11,7 @@ import matplotlib.text
 import pytest
 
 from genlab.plots.tokens import candidates, label, waterfall
-from genlab.tokens import PARTIAL, candidate_labels, piece_labels
+from genlab.text.tokens import PARTIAL, candidate_labels, piece_labels
 from genlab.widgets.debugger import StepDebugger
 from genlab.widgets.render import steps_table
 

@@ -10,7 +10,7 @@ from helpers import tiny_llama
 
 import genlab
 from genlab.plots.inside import focused_head
-from genlab.widgets.inside import LensView, focused_heads
+from genlab.widgets.lens import LensView, focused_heads
 
 PROMPT = torch.tensor([[1, 5, 17, 33, 8, 40]])
 

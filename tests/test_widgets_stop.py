@@ -12,7 +12,7 @@ import torch
 from helpers import tiny_llama
 
 import genlab
-from genlab.widgets.inside import LensView
+from genlab.widgets.lens import LensView
 from genlab.widgets.sweep import SweepView
 
 PROMPT = torch.tensor([[1, 5, 17, 33]])

@@ -409,7 +409,7 @@ _CONSTRAINT_METHODS = ("advance", "does_advance", "update", "reset", "remaining"
 
 def _check_constraints(value: Any) -> None:
     expected = (
-        "a list of Constraint objects (genlab.constraints.PhrasalConstraint, "
+        "a list of Constraint objects (genlab.strategies.constraints.PhrasalConstraint, "
         "DisjunctiveConstraint, or the reference's), or None; for plain token ids use "
         "force_words_ids"
     )

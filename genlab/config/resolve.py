@@ -3,7 +3,7 @@
 :func:`prepare_config` builds the GenerationConfig a call asks for, with the reference's
 precedence: explicit keyword arguments > the given config > the model's generation
 defaults > the global defaults. It validates nothing yet: the plan
-(:func:`genlab.plan.make_plan`) does, once the prompt is known.
+(:func:`genlab.run.plan.make_plan`) does, once the prompt is known.
 """
 
 from __future__ import annotations

@@ -134,7 +134,8 @@ class CompileConfig(_SmallConfig):
     """torch.compile settings (the reference's CompileConfig fields and defaults).
 
     Used when a greedy or sampling run has ``cache_implementation="static"``: its one-token
-    decoding steps are compiled (genlab/caches.py, :func:`~genlab.caches.compiled_forward`).
+    decoding steps are compiled (genlab/runtime/kv_cache.py,
+    :func:`~genlab.runtime.kv_cache.compiled_forward`).
     As in the reference, that happens on CUDA devices only, unless ``all_devices`` is set
     to True (the reference's ``_compile_all_devices``; an attribute, not a field: it is
     never serialised), e.g. to compile on the CPU:

@@ -45,7 +45,7 @@ def load_model(
 
     revision: a branch, tag or commit of a Hub repo (ignored for local sources); dtype: the
     weights' dtype (None: float32; torch.bfloat16 or torch.float16); quantization: "int4" or
-    "int8" (:mod:`genlab.models.quant`), with float32 only.
+    "int8" (:mod:`genlab.runtime.quant`), with float32 only.
     The tokenizer is a :class:`Tokenizer`, or None for a checkpoint without tokenizer.json.
     Raises ValueError naming the source and what to do when it cannot be loaded.
     """
@@ -56,8 +56,8 @@ def load_model(
         )
     import torch
 
-    from genlab.models.matmul import check_dtype
-    from genlab.models.quant import check_quantization
+    from genlab.runtime.matmul import check_dtype
+    from genlab.runtime.quant import check_quantization
 
     dtype = check_dtype(dtype)
     quantization = check_quantization(quantization)
@@ -103,4 +103,4 @@ def load_demo(*, add_bos_token: bool | None = None, dtype=None, quantization=Non
 
 
 # Tokenizer is read on first use: it pulls in tokenizers and jinja2 (dir() stays the default)
-__getattr__, _ = lazy_exports(__name__, {"Tokenizer": "genlab.tokenizer"})
+__getattr__, _ = lazy_exports(__name__, {"Tokenizer": "genlab.text.tokenizer"})

@@ -97,13 +97,13 @@ def build_decoder(
     without a copy where the layout allows. Extra tensors are ignored.
 
     ``packed`` chooses the form of the weight matrices
-    (:func:`~genlab.models.matmul.pack_weight`): None (default) packs them into oneDNN's
+    (:func:`~genlab.runtime.matmul.pack_weight`): None (default) packs them into oneDNN's
     layout where torch supports it (the CPU, float32 and bfloat16: a copy, and the fastest
     products for any number of rows), False keeps them as row blocks (views: the decoder
     shares memory with ``state_dict``, and a tied head with the embedding).
 
     ``quantization`` ("int4", "int8"; Llama-family decoders) stores the matrices in 4 or 8
-    bits (:mod:`genlab.models.quant`); ``blocks``: a GGUF file's own 4-bit blocks by name.
+    bits (:mod:`genlab.runtime.quant`); ``blocks``: a GGUF file's own 4-bit blocks by name.
 
     ``consume=True`` empties ``state_dict`` (the loaders pass their own): each tensor is then
     freed once its packed copy exists, so that loading never holds the weights twice.

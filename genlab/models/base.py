@@ -32,7 +32,7 @@ adapter) add:
   only when the user gave one), the encoder outputs and source mask are repeated per row,
   and the returned :class:`ModelOutput` may carry ``cross_attentions`` (per layer (rows,
   heads, new_len, src_len)). ``new_cache`` returns a cache holding self- and
-  cross-attention keys/values; ``reorder`` moves both. See genlab/encdec.py.
+  cross-attention keys/values; ``reorder`` moves both. See genlab/run/encdec.py.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from .taps import TapsOwner
+from ..inside.taps import TapsOwner
 
 
 @dataclass
@@ -66,7 +66,7 @@ class ModelInfo:
     # generation defaults shipped with the model (generation_config.json), as a dict
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     #: how a built-in decoder computes, for people: the weights' dtype and form, and why
-    #: that form (:func:`genlab.models.matmul.describe_numerics`); "" for other models
+    #: that form (:func:`genlab.runtime.matmul.describe_numerics`); "" for other models
     numerics: str = ""
 
 
@@ -116,7 +116,8 @@ class KVCache:
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self._len = [0] * num_layers
-        #: the :class:`~genlab.forward_cache.ForwardCache` node whose tokens this cache holds,
+        #: the :class:`~genlab.runtime.forward_cache.ForwardCache` node whose tokens this cache
+        #: holds,
         #: chunk by chunk as they were computed; None when that is not known
         self.origin = None
 
@@ -218,7 +219,7 @@ class SlotWriter:
 class BuiltinDecoder(TapsOwner):
     """Protocol plumbing shared by genlab's own decoders (which set ``settings.num_layers``
     and an output ``head`` tensor), and their hook points inside the layers
-    (:class:`~genlab.models.taps.TapsOwner`: ``hook_points()``, ``has_active_hooks()``).
+    (:class:`~genlab.inside.taps.TapsOwner`: ``hook_points()``, ``has_active_hooks()``).
 
     Subclasses also bring the two halves of a fixed-shape decoding step, used by
     :meth:`compiled_forward`: ``fixed_inputs(input_ids, attention_mask, position_ids,
@@ -226,12 +227,12 @@ class BuiltinDecoder(TapsOwner):
     mask) and ``fixed_step(input_ids, positions, keep, keys, values, slots)`` (the
     compiled part: every layer and the head, on a :class:`SlotWriter`).
 
-    ``form_choice``: the :class:`~genlab.models.matmul.FormChoice` that set the form of the
+    ``form_choice``: the :class:`~genlab.runtime.matmul.FormChoice` that set the form of the
     weight matrices (measured when the decoder was built), None when the caller chose it.
     """
 
     form_choice = None
-    #: what the forward cache's weights key leaves out (genlab/forward_cache.py): derived
+    #: what the forward cache's weights key leaves out (genlab/runtime/forward_cache.py): derived
     #: bookkeeping that does not change a forward pass
     _forward_key_skip = ("_taps_users", "_taps_names", "_taps_layers", "_compiled", "form_choice")
 
@@ -298,7 +299,9 @@ class BuiltinDecoder(TapsOwner):
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The output head alone, without the final norm: hidden states (rows, hidden) ->
         float32 logits (rows, vocab). DoLa reads earlier layers through it."""
-        from .matmul import head_logits  # the packed-matrix product shared by both decoders
+        from ..runtime.matmul import (
+            head_logits,  # the packed-matrix product shared by both decoders
+        )
 
         return head_logits(hidden[:, None], self.head)[:, 0]
 

@@ -5,7 +5,7 @@ A checkpoint folder holds
 * ``config.json`` (required): the model's architecture and sizes;
 * ``model.safetensors``, or shards listed in ``model.safetensors.index.json``;
 * ``tokenizer.json`` (+ ``tokenizer_config.json``, ``special_tokens_map.json``,
-  ``chat_template.jinja``): read by :class:`~genlab.tokenizer.Tokenizer`;
+  ``chat_template.jinja``): read by :class:`~genlab.text.tokenizer.Tokenizer`;
 * ``generation_config.json`` (optional): the model's generation defaults, handed to the
   model as ``ModelInfo.generation_defaults``.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from genlab.tokenizer import Tokenizer, read_json
+from genlab.text.tokenizer import Tokenizer, read_json
 
 logger = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, proces
 from tokenizers import Tokenizer as BackendTokenizer
 from tokenizers.models import BPE
 
-from genlab.tokenizer import Tokenizer
+from genlab.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -453,7 +453,7 @@ def gguf_blocks(reader, config: dict, path="", *, floats: bool = False) -> dict:
     """The Q4_1 tensors' blocks under transformers' names, their rows ordered as
     :func:`gguf_state_dict` orders the float tensors (Q and K un-interleaved), each read
     when it is used: a callable giving ``(codes, scale, minimum)``. A Q8_0 embedding comes
-    as a callable giving its :class:`~genlab.models.quant.Int8Weight` (one scale per
+    as a callable giving its :class:`~genlab.runtime.quant.Int8Weight` (one scale per
     token), made a few thousand rows at a time. So a quantized load never holds a matrix
     in float32, nor all the blocks at once.
 
@@ -489,7 +489,7 @@ def gguf_blocks(reader, config: dict, path="", *, floats: bool = False) -> dict:
 
 
 def _q4_1_arrays(mapped, tensor, heads: int | None) -> tuple:
-    from genlab.models.quant import gguf_q4_1_blocks
+    from genlab.runtime.quant import gguf_q4_1_blocks
 
     arrays = gguf_q4_1_blocks(tensor.data, int(tensor.data.shape[0]))
     release_pages(mapped, tensor)
@@ -503,7 +503,7 @@ def _int8_rows_of(mapped, tensor, rows_at_once: int = 1024):
     codes and scales made once (no second copy of the codes at the end)."""
     from gguf.quants import dequantize
 
-    from genlab.models.quant import Int8Weight, release_freed_memory
+    from genlab.runtime.quant import Int8Weight, release_freed_memory
 
     data = tensor.data
     codes = scales = None
@@ -531,12 +531,12 @@ def load_gguf(
 ):
     """(model, tokenizer) from a GGUF file, on genlab's built-in decoder (weights in
     ``dtype``: float32 when None; ``quantization="int4"`` takes the file's own 4-bit blocks,
-    "int8" quantizes, see :mod:`genlab.models.quant`)."""
+    "int8" quantizes, see :mod:`genlab.runtime.quant`)."""
     from genlab.models.architectures import build_decoder
 
     blocks = {"int4": True, "int8": "int8"}.get(quantization, False)
     checkpoint = read_gguf(path, add_bos_token=add_bos_token, blocks=blocks)
-    from genlab.models.quant import release_freed_memory
+    from genlab.runtime.quant import release_freed_memory
 
     gc.collect()  # the reader's metadata (its ~100,000 token strings and arrays), in cycles
     release_freed_memory()  # given back before the weights are built beside the float copies

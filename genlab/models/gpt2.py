@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genlab import threads
+from genlab.inside.taps import FINAL, Taps, add_product
 from genlab.models.attention import explicit_attention
 from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
 from genlab.models.masks import (
@@ -39,8 +39,8 @@ from genlab.models.masks import (
     sdpa_keep_mask,
     static_keep_mask,
 )
-from genlab.models.matmul import decoder_form, describe_numerics, head_logits, matmul, pack_weight
-from genlab.models.taps import FINAL, Taps, add_product
+from genlab.runtime import threads
+from genlab.runtime.matmul import decoder_form, describe_numerics, head_logits, matmul, pack_weight
 
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {
@@ -160,7 +160,7 @@ def expected_shapes(s: GPT2Settings) -> dict[str, tuple[int, ...]]:
 
 class GPT2Block:
     """One block's weights: LayerNorm vectors, biases, and the four projections in
-    :func:`~genlab.models.matmul.pack_weight` form."""
+    :func:`~genlab.runtime.matmul.pack_weight` form."""
 
     __slots__ = (
         "ln1_weight",
@@ -233,7 +233,7 @@ class GPT2Decoder(BuiltinDecoder):
         :meth:`~genlab.models.llama.LlamaDecoder.from_tensors`. Entries of ``tensors`` are
         removed as they are used.
         """
-        threads.configure()  # thread defaults for shared machines (genlab/threads.py)
+        threads.configure()  # thread defaults for shared machines (genlab/runtime/threads.py)
         # the matrices' form and row blocks: as given, else measured (matmul.decoder_form)
         choice, packed, target = decoder_form(tensors, dtype, packed, parts)
 
@@ -389,7 +389,7 @@ class GPT2Decoder(BuiltinDecoder):
         s = self.settings
         rows, new_len, hidden = h.shape
         nh, d = s.num_heads, s.head_dim
-        names = None if taps is None else self._layer_names(index)  # see genlab.models.taps
+        names = None if taps is None else self._layer_names(index)  # see genlab.inside.taps
         if names is not None and taps.wants(names[0]):
             h = taps.fire(names[0], h)  # hook_resid_pre
         h = h.reshape(rows * new_len, hidden)

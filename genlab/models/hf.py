@@ -296,7 +296,7 @@ class HFModel:
 
     def new_static_cache(self, max_cache_len: int) -> HFCache:
         """transformers' preallocated ``StaticCache`` for ``max_cache_len`` positions
-        (``cache_implementation="static"``; genlab/caches.py)."""
+        (``cache_implementation="static"``; genlab/runtime/kv_cache.py)."""
         from transformers import StaticCache
 
         text = self.hf.config.get_text_config(decoder=True)
@@ -304,7 +304,8 @@ class HFModel:
 
     def compiled_forward(self, compile_config) -> Any:
         """``forward`` through transformers' own compiled call (``get_compiled_call``, as
-        the reference's decoding steps use it with a static cache); see genlab/caches.py."""
+        the reference's decoding steps use it with a static cache); see
+        genlab/runtime/kv_cache.py."""
         reference_config = _reference_compile_config(compile_config)
         return functools.partial(self.forward, _call=self.hf.get_compiled_call(reference_config))
 

@@ -15,7 +15,7 @@ The weights are plain tensors (no ``nn.Module``), laid out for a lean decoding s
   adjacent: RoPE is then one in-place complex multiplication by a table. Attention
   scores do not change (q and k share the order); keys in the cache are stored that way;
 * every matrix (the vocabulary head too) is packed once for fast products on all cores
-  (:func:`~genlab.models.matmul.pack_weight`: oneDNN's layout on the CPU, row blocks
+  (:func:`~genlab.runtime.matmul.pack_weight`: oneDNN's layout on the CPU, row blocks
   elsewhere): one row (a decoding step) runs at close to the memory bandwidth, 4-16 rows
   (beams, batches) at close to the arithmetic peak;
 * keys and values are written in place into :class:`~genlab.models.base.KVCache`;
@@ -43,7 +43,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genlab import threads
+from genlab.inside.taps import FINAL, Taps, add_product
 from genlab.models.attention import explicit_attention
 from genlab.models.base import BuiltinDecoder, KVCache, ModelInfo, ModelOutput, SlotWriter
 from genlab.models.masks import (
@@ -55,9 +55,9 @@ from genlab.models.masks import (
     sdpa_keep_mask,
     static_keep_mask,
 )
-from genlab.models.matmul import decoder_form, describe_numerics, head_logits, matmul, pack_weight
-from genlab.models.quant import release_freed_memory
-from genlab.models.taps import FINAL, Taps, add_product
+from genlab.runtime import threads
+from genlab.runtime.matmul import decoder_form, describe_numerics, head_logits, matmul, pack_weight
+from genlab.runtime.quant import release_freed_memory
 
 # transformers' class defaults for fields a config.json may leave out, per model_type
 CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -419,7 +419,7 @@ def apply_rotary_(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
 class LlamaLayer:
     """One decoder layer's weights, stored the way the forward pass uses them.
 
-    Matrices are in :func:`~genlab.models.matmul.pack_weight` form (out, in as shapes):
+    Matrices are in :func:`~genlab.runtime.matmul.pack_weight` form (out, in as shapes):
     qkv: out = q_out + 2 * kv_out, q and k rows interleaved for RoPE, columns scaled by the
     input RMSNorm weight times sqrt(hidden) (see ``LlamaDecoder._rms_divisor``); o: in =
     q_out, out = hidden; gate_up: out = 2 * intermediate (gate then up), columns scaled by
@@ -501,19 +501,19 @@ class LlamaDecoder(BuiltinDecoder):
     ) -> LlamaDecoder:
         """Assemble from tensors named as in :func:`expected_shapes` (already shape-checked).
 
-        quantization: "int4" or "int8" (:mod:`genlab.models.quant`): the matrices quantized,
+        quantization: "int4" or "int8" (:mod:`genlab.runtime.quant`): the matrices quantized,
         the norms applied unfolded, the embedding and head int8; blocks: a GGUF file's own
         4-bit blocks by tensor name (``(codes, scale, minimum)``), used as they are for int4;
         for int8, callables giving the float32 values of matrices that ``tensors`` holds as
         shapes alone (``meta``), called as each is quantized (one float matrix at a time).
 
-        packed: the matrices' form (see :func:`~genlab.models.matmul.pack_weight`): None
+        packed: the matrices' form (see :func:`~genlab.runtime.matmul.pack_weight`): None
         packs them where oneDNN works (the default), False keeps row blocks; parts: row
         blocks per matrix in that form (default: the count measured fastest here, see
-        :func:`~genlab.models.matmul.decoder_form`). Entries of
+        :func:`~genlab.runtime.matmul.decoder_form`). Entries of
         ``tensors`` are removed as they are used (the caller's dict is emptied).
         """
-        threads.configure()  # thread defaults for shared machines (genlab/threads.py)
+        threads.configure()  # thread defaults for shared machines (genlab/runtime/threads.py)
         if quantization is not None:
             packed, parts = False, 1  # views until quantized: never a packed copy
         # the matrices' form and row blocks: as given, else measured (matmul.decoder_form)
@@ -533,7 +533,7 @@ class LlamaDecoder(BuiltinDecoder):
             ((name, row order or None) for each part, in order) where it has them."""
             if quantization is None:
                 return pack_weight(weight, target, packed)
-            from .quant import blocks_of, quantize_matrix
+            from ..runtime.quant import blocks_of, quantize_matrix
 
             return quantize_matrix(weight, quantization, blocks_of(blocks, parts_of))
 
@@ -595,8 +595,8 @@ class LlamaDecoder(BuiltinDecoder):
             )
             release_freed_memory()  # the layer's transient copies, freed for real
         embed = get("model.embed_tokens.weight").contiguous()
-        if quantization is not None:  # int8 rows, one scale per token (genlab.models.quant)
-            from .quant import Int8Weight
+        if quantization is not None:  # int8 rows, one scale per token (genlab.runtime.quant)
+            from ..runtime.quant import Int8Weight
 
             ready = (blocks or {}).pop("model.embed_tokens.weight", None)  # from the file
             embed = ready() if ready is not None else Int8Weight.quantize(embed)
@@ -643,7 +643,7 @@ class LlamaDecoder(BuiltinDecoder):
         ``logits_to_keep`` positions (0: all), hidden_states (layers + 1 tensors of
         (rows, new, hidden): embeddings first, the last after the final norm) and attentions
         (per layer (rows, heads, new, cache_len + new)) when asked. taps: the hooks inside the
-        layers for this pass (:class:`~genlab.models.taps.Taps`), or None.
+        layers for this pass (:class:`~genlab.inside.taps.Taps`), or None.
         """
         s = self.settings
         ids = input_ids if inputs_embeds is None else embeds_as_ids(self.name, inputs_embeds)
@@ -761,7 +761,7 @@ class LlamaDecoder(BuiltinDecoder):
         s = self.settings
         rows, new_len, hidden = h.shape
         nh, nkv, d = s.num_heads, s.num_kv_heads, s.head_dim
-        names = None if taps is None else self._layer_names(index)  # see genlab.models.taps
+        names = None if taps is None else self._layer_names(index)  # see genlab.inside.taps
         if names is not None and taps.wants(names[0]):
             h = taps.fire(names[0], h)  # hook_resid_pre
         h = h.reshape(rows * new_len, hidden)

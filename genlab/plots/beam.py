@@ -33,7 +33,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ..ids import eos_token_ids
-from ..trace import trace_of
+from ..run.trace import trace_of
 from .tokens import label
 
 __all__ = ["beam_tree", "STYLE"]
@@ -96,7 +96,7 @@ def beam_tree(
 ) -> Figure:
     """Draw the beam tree of one input of a traced beam search.
 
-    trace: a :class:`~genlab.trace.Trace` of a beam search run with ``trace=True``, or the
+    trace: a :class:`~genlab.run.trace.Trace` of a beam search run with ``trace=True``, or the
         result of ``lm.generate(..., num_beams=..., trace=True)`` itself;
     batch: which input of the batch;
     steps: ``(first, last)`` steps to draw (inclusive), default all;

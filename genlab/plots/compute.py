@@ -1,4 +1,5 @@
-"""Figures of compute spent at decoding time (from genlab/compute.py): coverage, majority
+"""Figures of compute spent at decoding time (from genlab/experiments/compute.py): coverage,
+majority
 vote and best-of-N against the number of samples N.
 
 Sizes follow :mod:`genlab.plots.inside`: at most 7.2 inches wide, no text under 8 pt.
@@ -23,7 +24,7 @@ def coverage_plot(coverage, *, width: float | None = None) -> Figure:
     each with its bootstrap interval as a band; the gap between coverage and the others
     is what a perfect verifier would add.
 
-    coverage: a :class:`~genlab.compute.Coverage` (:func:`genlab.coverage_curve`);
+    coverage: a :class:`~genlab.experiments.compute.Coverage` (:func:`genlab.coverage_curve`);
     width: inches (default 6.4).
 
     (Not run as a test: it draws a figure; tests/test_compute.py draws one.)

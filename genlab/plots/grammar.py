@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from genlab.trace import trace_of
+from genlab.run.trace import trace_of
 
 from .tokens import MAX_WIDTH, SMALL, top_removed
 

@@ -48,7 +48,7 @@ def lens_heatmap(
     coloured by the probability that layer gives the token finally chosen, with the
     layer's own top token written in it.
 
-    lens: a :class:`~genlab.inside.Lens`; steps, layers: subsets to show (``lens.steps``
+    lens: a :class:`~genlab.inside.lens.Lens`; steps, layers: subsets to show (``lens.steps``
     values / layer numbers 0 .. num_layers; default all); highlight: a step whose column
     gets a blue frame; width: the figure's width in inches (default: fit, at most 7.2).
 
@@ -132,7 +132,7 @@ def attention_heatmap(
     bottom: one head's weights over the prompt and the tokens before (default: the head
     that puts the most weight on one token other than the first and the query itself).
 
-    att: an :class:`~genlab.inside.Attention`; layer, head: the head to show in full;
+    att: an :class:`~genlab.inside.lens.Attention`; layer, head: the head to show in full;
     width: the figure's width in inches (default: fit, at most 10).
 
     (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
@@ -260,7 +260,7 @@ def sweep_metrics(
     """One panel per metric: the first grid field on the x axis, one line per value of the
     other fields.
 
-    sw: a :class:`~genlab.sweeps.SweepResult`; metrics: which metrics (default all);
+    sw: a :class:`~genlab.experiments.sweeps.SweepResult`; metrics: which metrics (default all);
     width: the figure's width in inches (default: fit, at most 10).
 
     (Not run as a test: it draws a matplotlib figure (tests/test_plots_legibility.py and the
@@ -269,7 +269,7 @@ def sweep_metrics(
     >>> sw = genlab.sweep(lm, "Hi", {"temperature": [0.5, 1]})    # doctest: +SKIP
     >>> genlab.plots.sweep_metrics(sw)                            # doctest: +SKIP
     """
-    from ..sweeps import METRICS
+    from ..experiments.sweeps import METRICS
 
     _expect(sw, "metrics", "sweep_metrics", "a sweep", "genlab.sweep(lm, prompt, grid)")
     metrics = list(metrics or METRICS)

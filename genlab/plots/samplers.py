@@ -5,7 +5,7 @@ The waterfall and the trace show each sampler as a stage like any processor (``d
 penalty matched, whether XTC fired and what it removed, and mirostat's μ against the
 surprise of the tokens chosen.
 
-Each table function takes a :class:`~genlab.engine.Run` (started with the sampler on) and a
+Each table function takes a :class:`~genlab.run.engine.Run` (started with the sampler on) and a
 row; figures return a matplotlib ``Figure`` (pyplot is not used; pass ``ax=`` to draw into
 an existing axes).
 """

@@ -1,5 +1,5 @@
 """Figures of interventions inside the model: input attribution, activation patching and a
-steering sweep (from genlab/attribution.py and genlab/steering.py).
+steering sweep (from genlab/inside/attribution.py and genlab/inside/steering.py).
 
 Sizes follow :mod:`genlab.plots.inside`: at most 7.2 inches wide, no text under 8 pt.
 """
@@ -21,7 +21,7 @@ def attribution_heatmap(attribution, *, width: float | None = None) -> Figure:
     """Generated tokens (rows) x source tokens (columns), each cell the source's score for
     that token (red: raised its log-prob, blue: lowered it; blank: after the token).
 
-    attribution: an :class:`~genlab.attribution.Attribution`; width: inches (default fit).
+    attribution: an :class:`~genlab.inside.attribution.Attribution`; width: inches (default fit).
 
     (Not run as a test: it draws a figure; tests/test_steering.py draws one.)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..trace import assisted_table, contrastive_table, trace_of
+from ..run.trace import assisted_table, contrastive_table, trace_of
 from .tokens import label
 
 ACCEPTED = "#2d9d5a"

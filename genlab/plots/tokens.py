@@ -1,7 +1,7 @@
 """Per-token figures: probability and entropy along the text, top-k bars, the waterfall of
 one step through the logits processors, and log-probs of several runs side by side.
 
-Tokens are labelled as a person reads them (:func:`genlab.tokens.show_token`: decoded
+Tokens are labelled as a person reads them (:func:`genlab.text.tokens.show_token`: decoded
 text, ␣ for a space at its edge, ↵ for a newline), never as tokenizer pieces; a token
 holding part of a character is ◌, the character is on the token that completes it (a
 character the figure's font lacks is written as its code point, U+1F642). Candidates
@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..tokens import candidate_labels, show_token
-from ..trace import trace_of
+from ..run.trace import trace_of
+from ..text.tokens import candidate_labels, show_token
 
 #: widest figure, in inches (1000 px at 100 dpi: shown unscaled in a 1000 px output)
 MAX_WIDTH = 7.2  # inches: 720 px at 100 dpi, inside 768 px of notebook output
@@ -36,7 +36,7 @@ OTHER = "tab:gray"
 
 
 def label(token, n: int = 12) -> str:
-    """A token's text for a figure: :func:`~genlab.tokens.show_token`, cut to ``n``
+    """A token's text for a figure: :func:`~genlab.text.tokens.show_token`, cut to ``n``
     characters with "…", with ``$`` escaped (matplotlib would read it as maths) and a
     character the font lacks (an emoji) written as its code point (``U+1F642``)."""
     text = show_token(str(token))
@@ -71,7 +71,7 @@ def candidates(trace, step: int, row: int = 0, stage: str = "final", k: int = 10
     the chosen token even when it is not among them (it is then the last row). ``token``
     is what each would add after the tokens generated before ``step`` (a piece of a
     character as ◌, the character on the token that completes it), ``tip`` its bytes
-    when it holds part of a character (see :func:`genlab.tokens.candidate_labels`)."""
+    when it holds part of a character (see :func:`genlab.text.tokens.candidate_labels`)."""
     t = trace.topk(step, row=row, stage=stage).sort_values("rank", kind="stable")
     possible = t[t.prob > 0]
     top = possible.head(k)
@@ -104,7 +104,7 @@ def token_probs(trace, row: int = 0, *, width: float | None = None) -> Figure:
     """Probability of each chosen token (bars) and the entropy of its distribution (line).
 
     Args:
-        trace: a :class:`~genlab.trace.Trace`, or what ``lm.generate(..., trace=True)``
+        trace: a :class:`~genlab.run.trace.Trace`, or what ``lm.generate(..., trace=True)``
             returns (its ``.trace`` is drawn);
         row: which sequence of the batch; width: the figure width in inches (default: by length).
 
@@ -170,7 +170,7 @@ def topk_bars(trace, step: int, row: int = 0, stage: str = "final", k: int = 10)
     even when it is outside the top k or was forced with probability 0).
 
     Args:
-        trace: a recorded :class:`~genlab.trace.Trace` (or the result of
+        trace: a recorded :class:`~genlab.run.trace.Trace` (or the result of
             ``lm.generate(..., trace=True)``); step: which generation step;
         row: which sequence; stage: ``"final"``, ``"raw"`` or a processor's stage name;
         k: how many bars.
@@ -195,7 +195,7 @@ def waterfall(trace, step: int, row: int = 0, k: int = 8, columns: int = 2) -> F
     is orange. Panels wrap into rows of ``columns`` so that 7 stages stay readable.
 
     Args:
-        trace: a recorded :class:`~genlab.trace.Trace` (or the result of
+        trace: a recorded :class:`~genlab.run.trace.Trace` (or the result of
             ``lm.generate(..., trace=True)``); step: which generation step;
         row: which sequence; k: tokens per panel; columns: panels per row.
 

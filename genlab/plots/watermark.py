@@ -45,7 +45,7 @@ def _require(table: pd.DataFrame, columns: list[str], made_by: str):
 
 
 def _visible(token: str) -> str:
-    """Token text as :func:`genlab.tokens.show_token` shows it, ``$`` escaped."""
+    """Token text as :func:`genlab.text.tokens.show_token` shows it, ``$`` escaped."""
     return label(token, 40)
 
 

@@ -72,7 +72,7 @@ class LogitsProcessor:
         """What :meth:`set_state` needs to put this processor back as it is now: each
         attribute, shallow-copied (tensors and modules as they are, a KV cache with a
         checkpoint)."""
-        from ..caches import cache_checkpoint
+        from ..runtime.kv_cache import cache_checkpoint
 
         saved = {}
         for k, v in vars(self).items():
@@ -86,7 +86,7 @@ class LogitsProcessor:
 
     def set_state(self, state: dict) -> None:
         """Put back what :meth:`get_state` returned."""
-        from ..caches import cache_restore
+        from ..runtime.kv_cache import cache_restore
 
         values = {}
         for k, v in state.items():

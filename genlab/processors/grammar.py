@@ -1,5 +1,5 @@
 """The grammar stage: removes every token that cannot continue a text the constraint (a
-JSON schema, a regular expression or a Lark grammar, :mod:`genlab.grammar`) accepts.
+JSON schema, a regular expression or a Lark grammar, :mod:`genlab.text.grammar`) accepts.
 
 Where it sits: first among the processors passed in ``logits_processor`` (after the
 config's built-in processors, before the sampling warpers), the place transformers gives
@@ -30,14 +30,14 @@ from .base import LogitsProcessor
 
 class GrammarLogitsProcessor(LogitsProcessor):
     """Allow only the tokens that keep the text inside ``grammar`` (a compiled
-    :class:`~genlab.grammar.Grammar`); EOS only once the text is complete (then only EOS,
+    :class:`~genlab.text.grammar.Grammar`); EOS only once the text is complete (then only EOS,
     when the text cannot go on). A row that has taken EOS is left as it is (its tokens are
     padding from then on).
 
     Made by ``json_schema=``, ``regex=`` or ``grammar=``; pass one in ``logits_processor``
     to place it yourself.
 
-    >>> from genlab.grammar import compile_grammar
+    >>> from genlab.text.grammar import compile_grammar
     >>> proc = GrammarLogitsProcessor(compile_grammar(lm.tokenizer, regex="yes|no"))
     >>> ids = torch.tensor([[1]])                   # the prompt: one token
     >>> allowed = proc(ids, torch.zeros(1, 49152)).isfinite()[0].nonzero().flatten()
@@ -128,7 +128,7 @@ class GrammarLogitsProcessor(LogitsProcessor):
     def allowed_mask(self, input_ids: torch.LongTensor, vocab: int) -> torch.BoolTensor:
         """(rows, vocab) True where the grammar allows the token after ``input_ids``
         (every token for a row that has ended)."""
-        import llguidance  # installed: the grammar was compiled with it (genlab.grammar)
+        import llguidance  # installed: the grammar was compiled with it (genlab.text.grammar)
 
         llg_torch = _engine_torch(llguidance)
         matchers = self._sync(input_ids)
@@ -207,7 +207,7 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 def _text(tokenizer: Any, token_id: int) -> str:
-    from genlab.tokens import shown
+    from genlab.text.tokens import shown
 
     return repr(shown(tokenizer, int(token_id)))
 

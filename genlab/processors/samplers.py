@@ -38,7 +38,7 @@ _RUN_RANDOM: contextvars.ContextVar[Any] = contextvars.ContextVar("genlab_run_ra
 @contextlib.contextmanager
 def drawing_from(random: Any) -> Iterator[None]:
     """Within this block, samplers that draw random numbers (XTC) draw them from
-    ``random`` (a run's :class:`~genlab.randomness.RunRandom`): a step's processors draw
+    ``random`` (a run's :class:`~genlab.run.randomness.RunRandom`): a step's processors draw
     from the run's own generator, so a seed and a rewind give the same draws again."""
     token = _RUN_RANDOM.set(random)
     try:

@@ -35,7 +35,7 @@ with scikit-learn's ROC curve when scikit-learn is installed; genlab keeps it fi
 these calls.)
 
 >>> out = generate(model, input_ids=ids, prompt_lookup_num_tokens=5)   # doctest: +SKIP
->>> genlab.trace.assisted_table(ctx.history)  # drafted, accepted per iteration  # doctest: +SKIP
+>>> genlab.run.trace.assisted_table(ctx.history)  # drafted, accepted  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ import torch
 
 from ..models import early_exit
 from ..models.base import ModelOutput
-from ..stepdata import AssistedStep, DraftSource
 from ..stopping import StopStringCriteria
 from .base import Selection
 from .sampling import TokenByToken
+from .stepdata import AssistedStep, DraftSource
 
 # ----------------------------------------------------------------------------------------
 # drafters
@@ -285,7 +285,7 @@ def speculative_sampling(
     drafted: (1, n) tokens; q_logits: (1, n, vocab) the drafter's processed scores;
     p_logits: (1, n + 1, vocab) the model's processed scores. Returns the tokens to append
     (1, m) and the number of accepted draft tokens. Draws random numbers from ``random``
-    (the run's :class:`~genlab.randomness.RunRandom`) in the reference's order (one
+    (the run's :class:`~genlab.run.randomness.RunRandom`) in the reference's order (one
     uniform per draft token, then one multinomial).
     """
     n = drafted.shape[1]

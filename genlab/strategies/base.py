@@ -1,8 +1,8 @@
 """What a decoding strategy is: the part of a step that *chooses* tokens.
 
-The engine (genlab/engine.py) owns the loop: output recording, cache updates, hooks,
+The engine (genlab/run/engine.py) owns the loop: output recording, cache updates, hooks,
 streaming, transactions. A strategy never sees the Run: every method receives a
-:class:`~genlab.context.StepContext` ``ctx`` (read-only facts, ``ctx.forward``,
+:class:`~genlab.run.context.StepContext` ``ctx`` (read-only facts, ``ctx.forward``,
 ``ctx.process``, ``ctx.criteria_met``, ``ctx.fire``). It plugs in at these places:
 
 * ``forward(ctx)``: the model output whose last position gives this step's logits
@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..stepdata import StepData
+from .stepdata import StepData
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Selection:
     tokens: (rows,) next token per row (after the strategy's reordering), or (rows, n)
         when a step appends several tokens (an accepted draft in assisted decoding)
     parents: (rows,) row each new row continues, or None when rows keep their order
-    info: the strategy's step data for traces (:data:`genlab.stepdata.StepData`: a
+    info: the strategy's step data for traces (:data:`genlab.strategies.stepdata.StepData`: a
         ``BeamStep``, ``AssistedStep``, ...), or None
     scores, logits: with (rows, n) tokens, the n processed scores and raw logits
         (each (rows, vocab)) the engine records in place of the step's single one

@@ -16,7 +16,8 @@ One step for every input ``b`` of the batch and its ``num_beams`` running beams:
 
 Everything is a tensor over (batch, beams) or (batch, K); there is no per-beam Python loop.
 With ``trace=True`` (or a ``beam.candidates`` hook) every candidate is reported with its
-fate (a :class:`~genlab.stepdata.BeamStep`); the hook observes (its return value is ignored).
+fate (a :class:`~genlab.strategies.stepdata.BeamStep`); the hook observes (its return value is
+ignored).
 
 Steering: ``run.force(token)`` extends every running beam with the token at the next
 step (the engine calls :meth:`BeamSearch.force`); ``length_penalty``, ``early_stopping``
@@ -41,12 +42,13 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 
 from ..ids import eos_token_ids
-from ..stepdata import FATES, BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection, Strategy
+from .stepdata import FATES, BeamCandidates, BeamStep, EarlyStop, PoolEntry
 
 #: a very negative score: "this beam must not continue / this slot is empty"
 NEG = -1.0e9
-#: the integer codes of the candidate fates (genlab.stepdata.CandidateFate, in FATES order)
+#: the integer codes of the candidate fates (genlab.strategies.stepdata.CandidateFate, in FATES
+#: order)
 KEPT, FINISHED, REJECTED, PRUNED, DIVERSITY, CONSTRAINT = range(len(FATES))
 
 

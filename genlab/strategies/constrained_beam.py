@@ -1,7 +1,7 @@
 """Constrained beam search (``force_words_ids`` / ``constraints``), as transformers 4.56.2.
 
 Beam search whose beams are also sorted into *banks* by how far they got through the
-constraints (see :class:`genlab.constraints.ConstraintListState`). One step::
+constraints (see :class:`genlab.strategies.constraints.ConstraintListState`). One step::
 
     scores        log-softmax, processors, + running beam score (recorded like this: the
                   reference's ``scores`` hold accumulated scores in this mode)
@@ -31,9 +31,7 @@ from typing import Any
 
 import torch
 
-from ..constraints import ConstraintListState, constraints_from_force_words
 from ..ids import eos_token_ids
-from ..stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection
 from .beam import (
     CONSTRAINT,
@@ -48,7 +46,9 @@ from .beam import (
     publish,
     stop_flags,
 )
+from .constraints import ConstraintListState, constraints_from_force_words
 from .pool import Hypotheses, pool_entries, pooled_beams, pooled_output
+from .stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 
 __all__ = ["ConstrainedBeamSearch", "constraints_of"]
 

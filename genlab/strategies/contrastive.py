@@ -19,7 +19,7 @@ winner runs again (same tokens; less memory, slower).
 these calls.)
 
 >>> out = generate(model, input_ids=ids, penalty_alpha=0.6, top_k=4)   # doctest: +SKIP
->>> genlab.trace.contrastive_table(ctx.history)  # candidates, penalty, score  # doctest: +SKIP
+>>> genlab.run.trace.contrastive_table(ctx.history)  # candidates, penalty, score  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from __future__ import annotations
 import torch
 
 from ..models.base import ModelOutput
-from ..stepdata import ContrastiveStep
 from .base import Selection
 from .sampling import TokenByToken
+from .stepdata import ContrastiveStep
 
 
 def degeneration_penalty(

@@ -15,9 +15,9 @@ Active when ``dola_layers`` is set on a greedy or sampling config. Reference: tr
 5. the usual logits processors, then argmax (greedy) or a draw (``do_sample=True``).
 
 The recorded ``logits`` (``output_logits``) are the final layer's, as in the reference;
-``scores`` are the processed contrast. Each step's :class:`~genlab.engine.Step` carries
-``info`` (a :class:`~genlab.stepdata.DolaStep`): the candidate layers, their divergences
-and the layer chosen (:func:`genlab.trace.dola_table`).
+``scores`` are the processed contrast. Each step's :class:`~genlab.run.engine.Step` carries
+``info`` (a :class:`~genlab.strategies.stepdata.DolaStep`): the candidate layers, their divergences
+and the layer chosen (:func:`genlab.run.trace.dola_table`).
 
 (Not run as a test: it needs a model and prompt ids of your own (``model``, ``ids``); the tests run
 these calls.)
@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from ..models.base import ModelOutput
-from ..stepdata import DolaStep
 from .base import Selection
 from .sampling import GreedySearch, MultinomialSampling, TokenByToken
+from .stepdata import DolaStep
 
 RELATIVE_TOP = 0.1  # tokens below this fraction of the best final probability are dropped
 BASE_FILTER_VALUE = -1e-3  # what the premature layer's log-prob becomes for dropped tokens

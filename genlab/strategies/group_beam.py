@@ -46,7 +46,6 @@ import torch
 
 from ..ids import eos_token_ids
 from ..processors.base import call_processor, stage_name_of
-from ..stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 from .base import Selection
 from .beam import (
     DIVERSITY,
@@ -62,6 +61,7 @@ from .beam import (
     stop_flags,
 )
 from .pool import Hypotheses, pool_entries, pooled_beams, pooled_output, write_hypotheses
+from .stepdata import BeamCandidates, BeamStep, EarlyStop, PoolEntry
 
 # Hypotheses and write_hypotheses live in .pool (shared with constrained beam search); they
 # are still importable from here

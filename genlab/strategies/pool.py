@@ -6,7 +6,8 @@ input; both use the pieces here:
 
 * :class:`Hypotheses` -- the ``size`` best finished hypotheses of one pool;
 * :func:`write_hypotheses` -- the best ``keep`` of every input, padded, as finalize writes them;
-* :func:`pool_entries` -- the pools as :class:`~genlab.stepdata.PoolEntry` values (the trace);
+* :func:`pool_entries` -- the pools as :class:`~genlab.strategies.stepdata.PoolEntry` values
+  (the trace);
 * :func:`pooled_output` / :func:`pooled_beams` -- a pooled search's output fields and its
   running and finished beams of one input.
 """
@@ -18,8 +19,8 @@ from typing import Any
 import torch
 
 from ..ids import eos_token_ids
-from ..stepdata import PoolEntry
 from .beam import NEG
+from .stepdata import PoolEntry
 
 __all__ = ["Hypotheses", "pool_entries", "pooled_beams", "pooled_output", "write_hypotheses"]
 
@@ -135,7 +136,7 @@ def write_hypotheses(
 
 def pool_entries(pools, prompt_length: int) -> tuple[PoolEntry, ...]:
     """The finished hypotheses of ``pools`` (per input, per group: Hypotheses) as
-    :class:`~genlab.stepdata.PoolEntry` values, slot by slot."""
+    :class:`~genlab.strategies.stepdata.PoolEntry` values, slot by slot."""
     out = []
     for b, pools_b in enumerate(pools):
         for g, pool in enumerate(pools_b):

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from ..checks import check_int
-from ..tokens import token_text
+from ..text.tokens import token_text
 from .build import watermark_processor
 from .detection import WatermarkDetector, z_score
 from .kgw import WatermarkLogitsProcessor, green_token_mask

@@ -34,10 +34,10 @@ _LAZY = {
     "CompareView": "compare",
     "WatermarkExplorer": "explorers",
     "BeamExplorer": "explorers",
-    "LensView": "inside",
+    "LensView": "lens",
     "SweepView": "sweep",
     "SampleView": "samples",
-    "InsideView": "steering",
+    "InsideView": "inside",
     "BranchTree": "tree",
 }
 

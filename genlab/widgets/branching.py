@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import ipywidgets as widgets
 
 from ..config import GenerationMode
-from ..tokens import show_token
+from ..text.tokens import show_token
 from .base import button, controls_row
 from .render import message, prob_text, text_block
 

@@ -1,6 +1,6 @@
 """StepDebugger: step a generation by hand, see each step's waterfall, force tokens.
 
-Buttons drive the engine's :class:`~genlab.engine.Run`: **Step** (one token), **Run**
+Buttons drive the engine's :class:`~genlab.run.engine.Run`: **Step** (one token), **Run**
 (to the end), **Rewind** (undo n steps, exactly), **Fork** (an independent copy to try
 something else; a dropdown switches between the runs). For the current step (the one just
 taken) the *waterfall* shows the top tokens after each logits processor, in order, and
@@ -29,10 +29,10 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..config import GenerationConfig
-from ..engine import Run
-from ..grammar import GRAMMAR_ARGUMENTS
 from ..plots.tokens import candidates
-from ..tokens import piece_labels, running_pieces, show_token
+from ..run.engine import Run
+from ..text.grammar import GRAMMAR_ARGUMENTS
+from ..text.tokens import piece_labels, running_pieces, show_token
 from .base import (
     FOCUS_CSS,
     button,
@@ -81,7 +81,8 @@ LENGTH_FIELDS = ("max_new_tokens", "max_length")
 
 def waterfall_frame(trace, step: int, row: int = 0, k: int = 5) -> pd.DataFrame:
     """One row per stage of ``step``: tokens kept and removed, the probability mass removed
-    (see :meth:`~genlab.trace.Trace.stage_summary`), and the top ``k`` tokens after the stage."""
+    (see :meth:`~genlab.run.trace.Trace.stage_summary`), and the top ``k`` tokens after the
+    stage."""
     summary = trace.stage_summary(step, row=row)
     out = []
     for stage in summary.itertuples(index=False):

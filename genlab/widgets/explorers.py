@@ -23,8 +23,8 @@ import pandas as pd
 import torch
 
 from ..config import GenerationConfig, SynthIDTextWatermarkingConfig, WatermarkingConfig
-from ..tokens import shown
-from ..trace import Tracer
+from ..run.trace import Tracer
+from ..text.tokens import shown
 from .base import FOCUS_CSS, figure_image, scroll_box, title_html
 from .branching import BranchPicker, branch_html, continue_with, plain_text_html
 from .config_panel import ConfigPanel

@@ -1,18 +1,20 @@
-"""LensView: what happens inside the model while it generates -- the logit lens with the
-attention of each generated token.
+"""InsideView: steer the model from inside a layer and see which tokens each generated
+token came from.
 
-:class:`LensView` generates from a prompt (or takes a finished run or result) and shows,
-in one tab, each layer's top guess for every generated token (the logit lens), and in the
-other, for the token picked with the slider, every head's attention and one head's weights
-over the text. It is a :class:`~genlab.widgets.live.LiveView`: the generation runs on the
-panels' one scheduler, token by token, so Stop ends it (the lens shows the tokens made so
-far) and the panel shows that it is busy. The sampling sweep panel is
-:class:`genlab.widgets.sweep.SweepView`.
+:class:`InsideView` generates from a prompt with a steering vector added at a hook point
+inside the model (a layer and a point picked in the panel; the vector is the difference of
+mean activations between the positive and negative prompts, :func:`genlab.steering_vector`),
+at the strength of a slider, and shows the generated text, its attribution heatmap
+(:func:`genlab.attribute`: which earlier tokens raised or lowered each token) and the
+sources that mattered most. It is a :class:`~genlab.widgets.live.LiveView`: the generation
+runs token by token on the panels' scheduler, so Stop ends it (the view shows the tokens
+made so far), and every control is a plain widget reached with the keyboard (Tab, the
+arrow keys on the sliders).
 
-(Not run as a test: it shows a widget panel, drawn by a Jupyter front end (tests/test_widgets.py
-and make browser run the panels).)
+(Not run as a test: it shows a widget panel, drawn by a Jupyter front end
+(tests/test_inside_view.py runs it).)
 
->>> LensView(genlab.load("demo"), "What is the capital of France?", chat=True)  # doctest: +SKIP
+>>> InsideView(genlab.load("demo"), "My weekend was", layer=12, strength=0.3)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -21,335 +23,265 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..engine import Run
-from ..inside import attention, logit_lens
-from ..plots.inside import attention_heatmap, focused_head, lens_heatmap
-from .base import FOCUS_CSS, error_text, figure_image, scroll_box, title_html
-from .branching import (
-    BranchPicker,
-    branch_html,
-    continue_with,
-    result_alternatives,
-    result_text_html,
-    stepwise_trace,
-)
+from ..config import FieldSpec
+from ..inside.attribution import METHODS, attribute
+from ..inside.steering import steer, steering_vector
+from ..plots.steering import attribution_heatmap
+from .base import FOCUS_CSS, figure_image, parse_number, scroll_box, title_html
+from .fields import make_control
+from .lens import _image, _png
 from .live import Cancelled, LiveView, initial_config, start_run
-from .render import figure_png, frame_html, message, png_html, text_block, token_spans
+from .render import frame_html, message, png_html, text_block
 from .worker import Job
 
-#: figures are drawn at 100 dpi: a 10-inch figure is 1000 px wide, text >= 7 pt is >= 9 px
-DPI = 100
+#: the residual-stream points a steering vector can be added at
+POINTS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
+
+#: what the panel's words mean, in its tooltips and under its table (issue 50: a class
+#: met hook_resid_post, "vector length", gradient_x_input and "score" unexplained)
+POINT_HELP = (
+    "where in the layer the vector is added to the residual stream: hook_resid_pre before "
+    "the layer, hook_resid_mid between its attention and its MLP, hook_resid_post after it"
+)
+METHOD_HELP = (
+    "gradient_x_input: the gradient of the token's log-probability times each earlier "
+    "token's embedding (one backward pass); integrated_gradients: the gradient averaged "
+    "from a zero embedding to the real one (8 passes per token, slower, more faithful)"
+)
+READING_HELP = (
+    "Reading it: vector length is the size of the steering vector (the mean difference of "
+    "the positive and negative prompts' last-token activations at the point); strength 1 "
+    "adds all of it. A source's score is how much that earlier token raised (positive) or lowered "
+    "(negative) the generated token's log-probability; the strongest source is the one of "
+    "largest size either way (|score|)."
+)
+
+#: the strength of the steering, as the panels' other number fields are edited
+STRENGTH = FieldSpec(
+    name="strength",
+    group="logits",
+    kind="float",
+    default=0.0,
+    min=-1.0,
+    max=1.0,
+    step=0.05,
+    help="how much of the steering vector is added at the hook point: 0 none, 1 the whole "
+    "vector, negative the opposite way",
+)
 
 
-def _png(fig) -> bytes:
-    return figure_png(fig, dpi=DPI)
+def _prompts(text: str) -> list[str]:
+    """Prompts typed in one box, separated by ``|``."""
+    return [p.strip() for p in text.split("|") if p.strip()]
 
 
-def _image(png: bytes, image: widgets.Image) -> None:
-    """Show ``png`` in ``image`` at its native size, scaled down whole to the panel's
-    width when that is narrower (as :func:`~genlab.widgets.render.show_figure`: the last
-    token's column and the colour bar were cut at 768 px); hidden while there is none."""
-    from .render import png_size
+class InsideView(LiveView):
+    """Steering and attribution of a generation (see the module docstring).
 
-    image.value = png
-    width, _ = png_size(png)
-    image.layout.display = None if png else "none"
-    image.layout.width, image.layout.height = (f"{width}px", "auto") if png else (None, None)
-    image.layout.max_width = "100%"
-    image.layout.object_fit = "contain"
+    lm: an :class:`~genlab.lm.LM` on a built-in decoder; prompt: the text to continue;
+    layer, point: where the vector is added (``blocks.{layer}.{point}``, default the
+    middle layer's ``hook_resid_post``); positive, negative: the contrast prompts (several
+    separated by ``|``); strength: the slider's start; method: the attribution method
+    (``"gradient_x_input"`` or ``"integrated_gradients"``); chat, seed: as in the other
+    panels; debounce: seconds of quiet before a scheduled generation; config: generation
+    settings (greedy and 12 new tokens unless given).
 
+    For code and tests: ``vector`` (the steering vector in use), ``attribution`` (the
+    :class:`~genlab.inside.attribution.Attribution` shown), ``text`` (the generated text),
+    ``generate(prompt)``, plus LiveView's ``update/stop/wait/error/version``.
 
-def focused_heads(att, n: int = 12):
-    """The ``n`` heads that put the largest weight on one token other than the first and
-    the query itself (``focus``), most focused first: the criterion of
-    :func:`~genlab.plots.inside.focused_head`, so that its choice is the first row."""
-    w = att.weights
-    rest = w[:, :, 1:-1] if w.shape[-1] > 2 else w
-    focus = rest.amax(-1)
-    summary = att.summary()
-    summary.insert(2, "focus", [float(focus[r.layer - 1, r.head]) for r in summary.itertuples()])
-    return summary.sort_values("focus", ascending=False, kind="stable").head(n)
+    (Not run as a test: it shows a widget panel (tests/test_inside_view.py runs it).)
 
-
-class LensView(LiveView):
-    """The logit lens and the attention of a generation (see the module docstring).
-
-    source: an :class:`~genlab.lm.LM` (with ``prompt``, ``chat`` and generation settings,
-    greedy and 12 new tokens unless given), or a finished Run / GenerationResult.
-
-    seed: the seed of the generation; top_k: tokens listed per (layer, step); debounce:
-    seconds of quiet before a scheduled generation (with auto-update ticked).
-
-    For code and tests: ``lens`` (a :class:`~genlab.inside.Lens`), ``attention`` (the
-    :class:`~genlab.inside.Attention` of the selected step), ``select(step, layer=None,
-    head=None)``, ``generate(prompt)`` (generates and waits), ``error`` (the last failure,
-    None after success), plus LiveView's ``update/stop/wait/version``.
-
-    (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
-    (tests/test_widgets.py and make browser run the panels).)
-
-    >>> LensView(lm, "What is the capital of France?", chat=True)   # doctest: +SKIP
+    >>> InsideView(lm, "Today was", positive="I love it", negative="I hate it")  # doctest: +SKIP
     """
 
-    def __init__(self, source: Any, prompt: Any = "What is the capital of France?", *,
-                 chat: bool = False, seed: int | None = 0, top_k: int = 5,
-                 debounce: float = 0.3, **config: Any) -> None:  # fmt: skip
-        from ..lm import LM, GenerationResult
-
-        self.lm = source if isinstance(source, LM) else None
-        self.top_k = top_k
+    def __init__(self, lm: Any, prompt: str = "My weekend was", *, layer: int | None = None,
+                 point: str = "hook_resid_post",
+                 positive: str = "I love this, it is wonderful | What a happy day",
+                 negative: str = "I hate this, it is awful | What a sad day",
+                 strength: float = 0.0, method: str = "gradient_x_input", chat: bool = False,
+                 seed: int | None = 0, debounce: float = 0.3, **config: Any) -> None:  # fmt: skip
+        model = getattr(lm, "model", None)
+        if model is None or not hasattr(model, "hook_points"):
+            raise ValueError(
+                "InsideView needs an LM on one of genlab's built-in decoders (Llama, Qwen2, "
+                "GPT-2): they have the hook points inside the layers"
+            )
+        if point not in POINTS:
+            raise ValueError(f"point={point!r}; use one of {', '.join(POINTS)}")
+        if method not in METHODS:
+            raise ValueError(f"method={method!r}; use one of {', '.join(METHODS)}")
+        layers = model.settings.num_layers
+        layer = layers // 2 if layer is None else layer
+        model.check_hook_point(f"blocks.{layer}.{point}")
+        self.lm = lm
         config.setdefault("max_new_tokens", 12)
         self.config = config
-        self.lens = None
-        self.attention = None
-        self.source = None
-        super().__init__(debounce=debounce, auto_update=False,
-                         prompt=str(prompt) if self.lm else "", chat=chat, seed=seed)  # fmt: skip
-        self._given_prompt = prompt  # ids or messages, used while the box shows them
+        self.vector = None
+        self.attribution = None
+        self.text = ""
+        self.heatmap_png = b""
+        self._vectors: dict = {}
+        super().__init__(debounce=debounce, auto_update=True, prompt=prompt, chat=chat, seed=seed)
+        self.layer_slider = widgets.IntSlider(
+            value=layer, min=0, max=layers - 1, description="layer", continuous_update=False
+        )
+        self.point_box = widgets.Dropdown(
+            options=list(POINTS), value=point, description="point", tooltip=POINT_HELP
+        )
+        # the panels' checked number box (a typed 1e9 or "abc" is refused in words beside
+        # it, never clamped or reverted in silence) after the slider
+        self.strength_box = make_control(STRENGTH, float(strength))
+        parse_number(strength, "strength", low=STRENGTH.min, high=STRENGTH.max)
+        self.strength_slider = self.strength_box.slider
+        self._strength = float(strength)
+        self.positive_box = widgets.Text(value=positive, description="positive",
+                                         continuous_update=False,
+                                         layout=widgets.Layout(width="auto"))  # fmt: skip
+        self.negative_box = widgets.Text(value=negative, description="negative",
+                                         continuous_update=False,
+                                         layout=widgets.Layout(width="auto"))  # fmt: skip
+        self.method_box = widgets.Dropdown(options=list(METHODS), value=method,
+                                           description="attribution",
+                                           tooltip=METHOD_HELP)  # fmt: skip
+        for w in (self.layer_slider, self.point_box, self.positive_box, self.negative_box,
+                  self.method_box):  # fmt: skip
+            w.observe(self.on_input, names="value")
+        for w in self.strength_box.watched():
+            w.observe(self._strength_typed, names="value")
         self.text_view = widgets.HTML()
         self.text_view.add_class("genlab-result")
-        self.lens_image = figure_image()
-        self.lens_png = self.attention_png = b""
-        self.lens_table = widgets.HTML()
-        self.step_slider = widgets.IntSlider(description="step", min=0, max=0,
-                                             continuous_update=False)  # fmt: skip
-        self.layer_slider = widgets.IntSlider(description="layer", min=1, max=1,
-                                              continuous_update=False)  # fmt: skip
-        self.head_slider = widgets.IntSlider(description="head", min=0, max=0,
-                                             continuous_update=False)  # fmt: skip
-        self.auto_head = widgets.Checkbox(value=True, description="most focused head",
-                                          indent=False)  # fmt: skip
-        self.attention_image = figure_image()
-        self.attention_table = widgets.HTML()
-        for w in (self.step_slider, self.auto_head):
-            w.observe(lambda _: self._on_controls(), names="value")
-        for w in (self.layer_slider, self.head_slider):  # choosing a head: no longer "auto"
-            w.observe(lambda _: self._chose_head(), names="value")
-        self._quiet = False
-        #: click to branch: an alternative of the chosen step continues the text from
-        #: there, in a run of its own (this one stays); not for a given run (no LM)
-        self.picker = BranchPicker(self, self.alternatives, self._branch, at=self.step_slider,
-                                   what="step")  # fmt: skip
-        self.branches = self.picker.branches
-        lens_tab = widgets.VBox([scroll_box(self.lens_image), self.lens_table])
-        att_tab = widgets.VBox([
-            widgets.HBox([self.layer_slider, self.head_slider, self.auto_head],
-                         layout=widgets.Layout(flex_flow="row wrap")),
-            scroll_box(self.attention_image), self.attention_table,
-        ])  # fmt: skip
-        self.tabs = widgets.Tab(children=[lens_tab, att_tab])
-        self.tabs.set_title(0, "Logit lens")
-        self.tabs.set_title(1, "Attention")
-        if self.lm is not None:
-            top = [
-                title_html("logit lens", self.lm),
-                self.prompt_box,
-                widgets.HBox([self.chat_box, self.seed_box],
-                             layout=widgets.Layout(flex_flow="row wrap")),
-                self.controls_row(),
-            ]  # fmt: skip
-        else:
-            top = [title_html("logit lens", None), self.status]
+        self.heatmap = figure_image()
+        self.sources = widgets.HTML()
+        wrap = widgets.Layout(flex_flow="row wrap")
         self.children = [
             widgets.HTML(FOCUS_CSS),
-            *top,
+            title_html("inside: steering and attribution", lm),
+            self.prompt_box,
+            widgets.HBox([self.chat_box, self.seed_box], layout=wrap),
+            widgets.HBox([self.layer_slider, self.point_box], layout=wrap),
+            self.strength_box.box,
+            self.positive_box,
+            self.negative_box,
+            widgets.HBox([self.method_box], layout=wrap),
+            self.controls_row(),
             self.text_view,
-            self.step_slider,
-            self.picker.widget,
-            self.tabs,
-        ]
-        self.add_class("genlab-lens-view")
+            scroll_box(self.heatmap),
+            self.sources,
+            widgets.HTML(message(READING_HELP)),
+        ]  # fmt: skip
+        self.add_class("genlab-inside-view")
         self.add_class("genlab-panel")
-        if isinstance(source, (Run, GenerationResult)):
-            try:
-                self.render((source, logit_lens(source, top_k=top_k)))
-            except Exception as exc:  # shown in the view
-                self.show_error(exc)
-        elif self.lm is not None:
-            self.update(sync=True)
-        else:
-            raise TypeError(
-                f"source must be an LM, a Run or a GenerationResult, got {type(source).__name__}"
-            )
+        self.update(sync=True)
 
     # -- actions ---------------------------------------------------------------------------
-    def _prompt(self):
-        value = self.prompt_box.value
-        return self._given_prompt if value == str(self._given_prompt) else value
+    @property
+    def point_name(self) -> str:
+        """The hook point the vector is added at, ``blocks.{layer}.{point}``."""
+        return f"blocks.{self.layer_slider.value}.{self.point_box.value}"
 
-    def generate(self, prompt: Any) -> None:
-        """Generate from ``prompt`` with the view's settings, wait for it and show it
-        (a failure is shown in the view; the last result stays)."""
-        if self.lm is None:
-            raise ValueError("this view shows a given run: there is no LM to generate with")
-        self._given_prompt = prompt
+    def generate(self, prompt: str) -> None:
+        """Generate from ``prompt`` with the view's settings, wait for it and show it."""
         auto, self.auto_box.value = self.auto_box.value, False  # no second, scheduled run
         self.prompt_box.value = str(prompt)
         self.auto_box.value = auto
         self.update(sync=True)
 
+    def _strength_typed(self, change=None) -> None:
+        """The strength box changed: a number in range is taken (and a run scheduled); a
+        refused one is said beside the box, and the last good strength stays."""
+        try:
+            value = float(
+                parse_number(self.strength_box.read(), "strength", low=STRENGTH.min,
+                             high=STRENGTH.max)
+            )  # fmt: skip
+        except ValueError as err:
+            self.strength_box.set_status(str(err), "error")
+            return
+        self.strength_box.set_status()
+        self.strength_box.accepted(value)
+        self._strength = value
+        self.on_input(change)
+
+    def _vector(self):
+        pos, neg = _prompts(self.positive_box.value), _prompts(self.negative_box.value)
+        key = (tuple(pos), tuple(neg), self.point_name)
+        if key not in self._vectors:
+            self._vectors[key] = steering_vector(
+                self.lm, pos, neg, layer=self.layer_slider.value, point=self.point_name
+            )
+        return self._vectors[key]
+
     # -- LiveView --------------------------------------------------------------------------
     def compute(self, job: Job):
-        """Generator: generate for ``job`` from the typed prompt, a token per step (Stop
-        ends it: the lens reads the tokens made so far), then read the lens; returns
-        (result, lens)."""
+        """Generator for ``job``: the steering vector, the steered generation a token per
+        step (Stop ends it), then the attribution of what was generated; returns (result,
+        vector, attribution, strength, point, stopped)."""
+        vector = self._vector()
+        strength, point = self._strength, self.point_name
         config = initial_config(self.lm, None, **self.config)
         run = start_run(
-            self.lm, self._prompt(), chat=self.chat_box.value, seed=self.seed, config=config
-        )
-        run = yield from self.drive(run, job)
+            self.lm, self.prompt_box.value, chat=self.chat_box.value, seed=self.seed,
+            config=config,
+        )  # fmt: skip
+        off = run.add_hook(point, steer(vector, strength))
+        try:
+            run = yield from self.drive(run, job)
+        finally:
+            off()
         if run.step_index == 0:
-            raise ValueError("stopped before the first token: nothing to read the lens of")
+            raise ValueError("stopped before the first token: nothing to attribute")
         result = run.result()
-        yield  # a newer request may land before the lens pass
+        yield  # a newer request may land before the gradient passes
         if job.cancelled.is_set() and not job.stopped:
             raise Cancelled
-        return result, logit_lens(result, top_k=self.top_k)
+        attribution = attribute(result, method=self.method_box.value, n_steps=8)
+        return result, vector, attribution, strength, point, run.finished_by == "interrupted"
 
     def render(self, data) -> None:
-        """Show ``data``, a ``(source, lens)`` pair: the coloured text, the step slider,
-        the lens and the attention of the selected step."""
-        source, lens = data
-        self.source, self.lens, self.error = source, lens, None
-        self.result = source
-        n = len(lens.steps)
-        self._quiet = True
-        self.step_slider.max = max(0, n - 1)
-        self.step_slider.value = min(self.step_slider.value, n - 1)
-        self._quiet = False
-        probs = lens.target_prob[-1].tolist()
-        from ..tokens import running_pieces
-
-        known = [t for t in lens.targets if t is not None]
-        pieces = running_pieces(lens.tokenizer, known) if lens.tokenizer is not None else []
-        texts = [t for t, _ in pieces] or lens.target_tokens
-        tips = [
-            f"{tok}  p={p:.3f} at the last layer" + (f"\n{tip}" if tip else "")
-            for tok, p, (_, tip) in zip(
-                lens.target_tokens, probs, pieces or [("", "")] * len(probs), strict=False
-            )
-        ]
-        self.text_view.value = text_block(token_spans(texts, probs[: len(texts)], tips))
-        run = getattr(source, "run", source)
-        stopped = run.finished_by == "interrupted"
-        note = "stopped: the lens reads the tokens made so far; " if stopped else ""
-        self.status.value = message(
-            f"{note}{n} generated tokens, {lens.num_layers} layers: pick a step for its "
-            "layers and its attention", "warn" if stopped else "info"
-        )  # fmt: skip
-        self._update_step()
-        self.picker.reset(n)
-
-    # -- click to branch ------------------------------------------------------------------
-    def alternatives(self, step: int) -> list[tuple[int, str, float]]:
-        """(token id, token, probability) of the tokens that could have come at generated
-        ``step`` instead (the model's output: the last layer), best first; none for a
-        given run (no LM to continue with)."""
-        if self.lm is None:
-            return []
-        return result_alternatives(stepwise_trace(self.source), step)
-
-    def branch(self, step: int, token):
-        """Continue from generated ``step`` with ``token`` (an id or a text) instead,
-        under the same settings and seed: a run of its own (this one stays). Returns its
-        GenerationResult, appended to ``branches``."""
-        if self.lm is None or self.source is None:
-            raise ValueError("no generation to continue: this view shows a given run")
-        run = getattr(self.source, "run", self.source)
-        generated = run.sequences[0, run.prompt_length :].tolist()
-        if not isinstance(step, int) or not 0 <= step < len(generated):
-            raise ValueError(f"step must be a generated step 0-{len(generated) - 1}, got {step!r}")
-        branch = continue_with(
-            self.lm, self._prompt(), chat=self.chat_box.value, seed=self.seed,
-            config=initial_config(self.lm, None, **self.config), kept=generated[:step],
-            token=token,
-        )  # fmt: skip
-        self.branches.append(branch)
-        self.picker.add(
-            branch_html(len(self.branches), step, "step", result_text_html(branch, step, self.lm))
+        """Show ``data`` (what :meth:`compute` returns): the text, the heatmap, the sources."""
+        result, vector, attribution, strength, point, stopped = data
+        self.result, self.vector, self.attribution, self.error = result, vector, attribution, None
+        self.text = result.text
+        self.text_view.value = text_block(_escape(result.text), prompt=self.prompt_box.value)
+        self.heatmap_png = _png(attribution_heatmap(attribution))
+        _image(self.heatmap_png, self.heatmap)
+        table = attribution.table
+        # the strongest source pushes either way: the largest |score| (the largest signed
+        # score could be a source of 0.006 beside one of -0.9)
+        strongest = table.score.abs().groupby(table.step).idxmax()
+        top = table.loc[strongest][["step", "target", "token", "score"]]
+        top = top.rename(columns={"token": "top source"}).round({"score": 3})
+        self.sources.value = (
+            "<b>each generated token's strongest source</b> (largest |score|)"
+            + frame_html(top.head(20))
         )
-        return branch
-
-    def _branch(self, step: int, token: int) -> str:
-        self.branch(step, token)
-        return self.picker.view.value
-
-    def select(self, step: int, layer: int | None = None, head: int | None = None) -> None:
-        """Show generated step ``step`` (and, for the attention, ``layer``/``head``; None:
-        the head most focused on one token)."""
-        self._quiet = True
-        self.step_slider.value = step
-        self.auto_head.value = layer is None or head is None
-        if layer is not None and head is not None:
-            self.layer_slider.value, self.head_slider.value = layer, head
-        self._quiet = False
-        self._update_step()
-
-    def __repr__(self) -> str:
-        steps = len(self.lens.steps) if self.lens is not None else 0
-        name = self.lm.name if self.lm is not None else None
-        return f"LensView(lm={name!r}, steps={steps})"
+        note = "stopped: the tokens made so far; " if stopped else ""
+        self.status.value = message(
+            f"{note}steering at {point} with strength {strength:g} (vector length "
+            f"{float(vector.norm()):.1f}); attribution: {attribution.method.replace('_', ' ')}",
+            "warn" if stopped else "info",
+        )
 
     def static_html(self) -> str:
         """The view's last state as plain HTML (what a notebook shows without a kernel)."""
-        step = self.step_slider.value
         return (
-            f'<div class="genlab-static"><b>genlab logit lens</b>{self.status.value}'
-            f"{self.text_view.value}{self.picker.view.value}"
-            f"<div><b>Logit lens</b> (step {step})</div>"
-            f"{png_html(self.lens_png, 'logit lens')}{self.lens_table.value}"
-            f"<div><b>Attention</b> (step {step})</div>"
-            f"{png_html(self.attention_png, 'attention')}{self.attention_table.value}</div>"
+            f'<div class="genlab-static"><b>genlab inside: steering and attribution</b>'
+            f"{self.status.value}{self.text_view.value}"
+            f"{png_html(self.heatmap_png, 'attribution heatmap')}{self.sources.value}</div>"
         )
 
-    def _on_controls(self) -> None:
-        if not self._quiet and self.lens is not None:
-            self._update_step()
-
-    def _chose_head(self) -> None:
-        """A layer or head slider moved by the user: that head is shown, and "most focused
-        head" is unticked (it snapped the slider back before)."""
-        if self._quiet or self.lens is None:
-            return
-        if self.auto_head.value:
-            self._quiet = True
-            self.auto_head.value = False
-            self._quiet = False
-        self._update_step()
-
-    def _update_step(self) -> None:
-        step = self.step_slider.value
-        self.lens_png = _png(lens_heatmap(self.lens, highlight=self.lens.steps[step]))
-        _image(self.lens_png, self.lens_image)
-        table = self.lens.table(top_k=3)
-        rows = table[table.step == self.lens.steps[step]].sort_values("layer", ascending=False)
-        self.lens_table.value = (
-            f"<b>step {step}</b>: each layer's top 3 (the last layer is the model's output)"
-            + frame_html(rows.drop(columns=["step", "position"]))
+    def __repr__(self) -> str:
+        return (
+            f"InsideView(lm={self.lm.name!r}, point={self.point_name!r}, "
+            f"strength={self._strength:g})"
         )
-        try:
-            att = attention(self.source, step=step)
-        except Exception as exc:  # e.g. a model that cannot return attention weights
-            self.attention, self.error = None, error_text(exc)
-            self.attention_table.value = message(self.error, "error")
-            return
-        self.attention = att
-        layers, heads, _ = att.weights.shape
-        self._quiet = True
-        self.layer_slider.max, self.head_slider.max = layers, heads - 1
-        self._quiet = False
-        if self.auto_head.value:  # the sliders follow the head shown
-            layer, head = focused_head(att)
-            self._quiet = True
-            self.layer_slider.value, self.head_slider.value = layer, head
-            self._quiet = False
-        else:
-            layer, head = self.layer_slider.value, self.head_slider.value
-        fig = attention_heatmap(att, layer=layer, head=head)
-        self.attention_png = _png(fig)
-        _image(self.attention_png, self.attention_image)
-        self.attention_table.value = (
-            "<b>the 12 most focused heads</b>: the largest weight on one token other than "
-            "the first (the attention sink) and the query itself; the first row is the head "
-            "'most focused head' shows" + frame_html(focused_heads(att))
-        )
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+__all__ = ["InsideView"]

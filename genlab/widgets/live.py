@@ -25,7 +25,7 @@ import ipywidgets as widgets
 from ..config import GenerationConfig
 from ..config.limits import Limits, model_limits
 from ..config.resolve import default_config
-from ..engine import Run
+from ..run.engine import Run
 from .base import MAX_SEED, Panel, button, controls_row, parse_int
 from .render import WARNINGS_LOCK, message
 from .worker import Job, Worker, drain

@@ -245,7 +245,7 @@ class Playground(LiveView):
         self.schema_box.layout.display = None if self.constrain_box.value else "none"
         self.schema_error = None
         if self.constrain_box.value:
-            from ..grammar import compile_grammar
+            from ..text.grammar import compile_grammar
 
             try:
                 compile_grammar(self.lm.tokenizer, json_schema=self.schema_box.value)

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import GenerationMode
-from ..tokens import NEWLINE, candidate_labels, piece_labels, running_pieces, show_token
+from ..text.tokens import NEWLINE, candidate_labels, piece_labels, running_pieces, show_token
 
 #: Held while warnings are caught: ``catch_warnings`` swaps module-wide state, so two
 #: threads (the kernel's and a widget's worker) must not do it at once.
@@ -85,7 +85,7 @@ def token_spans(
     black or white text, whichever reads better on it.
 
     tokens: (n,) decoded texts as they read in the sentence (see :func:`running_text`;
-    :func:`genlab.tokens.running_pieces` gives them, whole characters included);
+    :func:`genlab.text.tokens.running_pieces` gives them, whole characters included);
     probs: (n,); titles: (n,) hover text (default: the probability);
     marks: indices drawn with a thick outline (e.g. the first diverging token).
     """
@@ -350,7 +350,7 @@ def alternatives(trace, row: int = 0, n: int = 3) -> list[str]:
     under the final scores, as ``"␣the 0.412, ␣a 0.100"``: tokens of probability 0
     (removed by top-k, top-p, ...) are never listed. Each is labelled as it would read
     after the tokens before it (a piece of a character as ◌, the character on the token
-    that completes it: :func:`genlab.tokens.candidate_labels`)."""
+    that completes it: :func:`genlab.text.tokens.candidate_labels`)."""
     tokenizer = getattr(trace, "tokenizer", None)
     out, before = [], []
     for rec in trace.records:
@@ -375,7 +375,7 @@ def alternatives(trace, row: int = 0, n: int = 3) -> list[str]:
 
 
 def steps_table(trace, row: int = 0, n: int = 3) -> pd.DataFrame:
-    """``trace.steps(row)`` for people: tokens shown by :func:`genlab.tokens.show_token`
+    """``trace.steps(row)`` for people: tokens shown by :func:`genlab.text.tokens.show_token`
     (a token holding part of a character as ◌, the character on the token that completes
     it, the bytes in the cell's tooltip: ``table.attrs["titles"]``, which
     :func:`frame_html` reads) and ``top`` listing only tokens still possible (see
@@ -432,7 +432,7 @@ def result_html(
 ) -> str:
     """The tokens of ``table`` (from :func:`token_table`) coloured by probability, as
     running text that wraps (a character split over tokens shown whole where it is
-    complete, its bytes in the tooltip: :func:`genlab.tokens.running_pieces`); ``ended``:
+    complete, its bytes in the tooltip: :func:`genlab.text.tokens.running_pieces`); ``ended``:
     the last token is the end-of-text token that ended the run, shown as :data:`END_MARK`
     (never as ``<|im_end|>``)."""
     texts = list(table.text) if "text" in table.columns else list(table.token)

@@ -26,8 +26,8 @@ from typing import Any
 import ipywidgets as widgets
 import torch
 
-from ..compute import NO_ANSWER, SampleSet, best_of_n
-from ..tokens import show_token
+from ..experiments.compute import NO_ANSWER, SampleSet, best_of_n
+from ..text.tokens import show_token
 from .base import FOCUS_CSS, MAX_SEED, Panel, button, controls_row, parse_int, title_html
 from .branching import ALTERNATIVES, BranchPicker, branch_html, continue_with
 from .live import ended_text, initial_config, limits_of
@@ -48,7 +48,7 @@ class SampleView(Panel):
     generation settings; run: draw at once.
 
     For code and tests: ``draw()`` (draws with the values in the boxes), ``result`` (the
-    :class:`~genlab.compute.SampleSet` shown), ``sample_pick`` (the sample to branch
+    :class:`~genlab.experiments.compute.SampleSet` shown), ``sample_pick`` (the sample to branch
     from), ``branch(position, token)``, ``branches``, ``save_html(path)``.
 
     (Not run as a test: it samples for seconds; tests/test_compute.py checks it.)
@@ -118,7 +118,7 @@ class SampleView(Panel):
 
     def draw(self) -> SampleSet:
         """Draw the samples with the values in the boxes and show them; returns the
-        :class:`~genlab.compute.SampleSet`. A bad value is refused with its reason (the
+        :class:`~genlab.experiments.compute.SampleSet`. A bad value is refused with its reason (the
         last good samples stay)."""
         length = parse_int(self.length_box.value, "new tokens", 1, limits_of(self.lm).context)
         bound = self.max_samples(length)
@@ -221,7 +221,7 @@ class SampleView(Panel):
         if not 0 <= position < len(tokens):
             return []
         if sample not in self._logprobs:
-            from ..scoring import score
+            from ..experiments.scoring import score
 
             context = self.lm.encode(self._prompt(), chat=self.chat_box.value)[0][0]
             self._logprobs[sample] = score(

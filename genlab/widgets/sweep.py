@@ -54,7 +54,7 @@ class SweepView(LiveView):
 
     For code and tests: ``grid_boxes`` (setting -> Text), ``run_sweep()`` (runs it and
     waits), ``update()`` / ``stop()`` / ``wait()`` (the scheduler's), ``result`` (the
-    :class:`~genlab.sweeps.SweepResult`), ``error``.
+    :class:`~genlab.experiments.sweeps.SweepResult`), ``error``.
 
     (Not run as a test: it shows a widget panel, drawn by a Jupyter front end
     (tests/test_widgets.py and make browser run the panels).)
@@ -135,7 +135,7 @@ class SweepView(LiveView):
 
     def run_sweep(self):
         """Run the sweep with the values in the controls, wait for it and show it; returns
-        the :class:`~genlab.sweeps.SweepResult` shown."""
+        the :class:`~genlab.experiments.sweeps.SweepResult` shown."""
         return self.update(sync=True)
 
     def parsed_grid(self) -> dict[str, list]:
@@ -153,7 +153,7 @@ class SweepView(LiveView):
         """Generator: sample the typed grid for ``job``, one setting per step (Stop and a newer
         request are read between two settings); returns the SweepResult, or
         :class:`Stopped` when Stop ended it."""
-        from ..sweeps import SweepResult, sweep
+        from ..experiments.sweeps import SweepResult, sweep
 
         grid = self.parsed_grid()
         n = parse_int(self.n_box.value, "n", 1, 256)

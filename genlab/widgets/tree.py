@@ -26,7 +26,7 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
-from ..tokens import show_token
+from ..text.tokens import show_token
 from .base import Panel, button, controls_row
 from .render import TABLE_CSS, frame_html, message, prob_colour, prob_text
 

@@ -302,9 +302,9 @@ def apply() -> list[str]:
 
         debugger.StepDebugger._settings_changed = settings_changed
     if "snap" in names:  # a moved layer slider snaps back while "most focused head" is ticked
-        import genlab.widgets.inside as inside
+        import genlab.widgets.lens as lens
 
-        inside.LensView._chose_head = lambda self: (
+        lens.LensView._chose_head = lambda self: (
             None if self._quiet or self.lens is None else self._update_step()
         )
     if "sentence" in names:  # a message without its full stop: "...1e3 The last good result"

@@ -1,0 +1,1 @@
+"""Text: tokenizers, how a token is shown, chat templates, token healing and grammars."""
