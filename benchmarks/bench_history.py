@@ -44,7 +44,7 @@ def deep_size(obj, seen: set) -> int:
 
 def rewind_bytes(run) -> int:
     """Bytes kept for rewinding: the history object (new) or the snapshots (before)."""
-    seen = {id(run.state.strategy), id(run.state.plan), id(run.state.cache)}
+    seen = {id(run.state.strategy), id(run.state.plan), id(run.state.kv_cache)}
     seen |= {id(run.given.model)}
     if getattr(run, "timeline", None) is not None:
         return deep_size(run.timeline.entries, seen)

@@ -37,9 +37,15 @@ the run's :class:`~genlab.run.timeline.Timeline` (``keep_history=True``, the def
 ``start``; ``generate`` keeps none), holds what :meth:`~genlab.run.engine.Run.rewind` needs,
 in linear memory. A widget's ``history()`` is a table of the Step records.
 
-**run.views** -- the run's parts read-only, in one place (``run.views.cache``,
+**run.views** -- the run's parts read-only, in one place (``run.views.kv_cache``,
 ``run.views.gen_config``, ``run.views.tokenizer`` ...); ``run.sequences``,
 ``run.step_index``, ``run.prompt_length`` and ``run.mode`` stay on the run itself.
+
+**caches** -- two, with distinct names: ``lm.cache`` is the model's forward cache (a pass
+already computed for the same tokens and weights is served again,
+:mod:`genlab.runtime.forward_cache`); ``run.views.kv_cache`` (``ctx.kv_cache`` inside a
+step) is the run's KV cache, the keys and values of the tokens it has seen
+(:mod:`genlab.runtime.kv_cache`).
 
 **fork** -- an independent copy of a run: it shares only the model and tokenizer.
 

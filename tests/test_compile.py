@@ -102,7 +102,7 @@ def test_compiled_run_steps_forces_rewinds_and_forks(hf_llama):
     )
     plain = start(lm, **kwargs)
     run = start(lm, cache_implementation="static", compile_config=compile_config(counter), **kwargs)
-    assert isinstance(run.views.cache, StaticKVCache) and run.state.plan.compiled is not None
+    assert isinstance(run.views.kv_cache, StaticKVCache) and run.state.plan.compiled is not None
     for r in (plain, run):
         r.step()
         r.step()

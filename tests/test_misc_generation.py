@@ -160,12 +160,12 @@ def test_static_cache_on_builtin_decoder_is_preallocated_and_exact(model):
     builtin = build_decoder(model.config.to_dict(), model.state_dict())
     kwargs = dict(input_ids=IDS, max_new_tokens=12, eos_token_id=95)
     run = start(builtin, cache_implementation="static", **kwargs)
-    assert isinstance(run.views.cache, StaticKVCache)
-    assert run.views.cache.capacity == IDS.shape[1] + 12 - 1
+    assert isinstance(run.views.kv_cache, StaticKVCache)
+    assert run.views.kv_cache.capacity == IDS.shape[1] + 12 - 1
     run.step()
-    buffer = run.views.cache.keys[0]
+    buffer = run.views.kv_cache.keys[0]
     out = run.run()
-    assert run.views.cache.keys[0] is buffer  # written in place, never reallocated
+    assert run.views.kv_cache.keys[0] is buffer  # written in place, never reallocated
     assert torch.equal(out, genlab.generate(builtin, **kwargs))
     assert torch.equal(out, model.generate(**kwargs))
 

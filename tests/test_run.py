@@ -92,7 +92,7 @@ def test_rewind_reproduces(hf_llama, do_sample):
     scores_before = [s.clone() for s in run.recorded_scores()]
     run.rewind(3)
     assert run.step_index == 3 and run.sequences.shape[1] == PROMPT.shape[1] + 3
-    assert run.views.cache.length() == PROMPT.shape[1] + 2
+    assert run.views.kv_cache.length() == PROMPT.shape[1] + 2
     for _ in range(3):
         run.step()
     assert torch.equal(run.sequences, before)

@@ -70,7 +70,9 @@ def test_views_are_grouped_and_the_run_shows_what_a_user_needs(hf_llama):
             assert getattr(run, name) is getattr(run.views, name), name
     # the strategies' step context is that view plus a step's verbs, not a second view
     assert issubclass(StepContext, RunView) and not hasattr(run.views, "forward")
-    assert run.views.cache is run.state.cache and run.views.gen_config is run.state.plan.config
+    assert (
+        run.views.kv_cache is run.state.kv_cache and run.views.gen_config is run.state.plan.config
+    )
     assert run.views.model is run.given.model
 
 

@@ -72,7 +72,7 @@ def test_1_forks_share_no_mutable_object(model):
         (a.state.plan, f.state.plan),
         (a.state.plan.config, f.state.plan.config),
         (a.config, f.config),
-        (a.state.cache, f.state.cache),
+        (a.state.kv_cache, f.state.kv_cache),
         (a.state.forced, f.state.forced),
         (a.random, f.random),
         (a.random.generator, f.random.generator),
@@ -238,7 +238,7 @@ def test_7_two_threads_stepping_one_run_never_corrupt_it(model):
         t.join()
     assert errors == []
     assert r.step_index == 40 and r.finished_by == "length"
-    assert r.views.cache.length() == r.sequences.shape[1] - 1
+    assert r.views.kv_cache.length() == r.sequences.shape[1] - 1
     assert torch.equal(r.sequences, genlab.generate(model, PROMPT, max_new_tokens=40))
 
 

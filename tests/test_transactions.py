@@ -119,7 +119,7 @@ def _state(run):
     return (
         run.sequences.clone(),
         run.views.attention_mask.clone(),
-        run.views.cache.length(),
+        run.views.kv_cache.length(),
         run.step_index,
         run.pending_forced,
         [s.clone() for s in scores],

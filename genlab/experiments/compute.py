@@ -271,7 +271,7 @@ def _start_from(run, prefix, rows: int) -> bool:
     from ..models.base import KVCache
 
     state = run.state
-    cache = state.cache
+    cache = state.kv_cache
     if (
         prefix is None
         or state.plan.mode not in ("sample", "greedy_search")

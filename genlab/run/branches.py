@@ -76,7 +76,7 @@ def fork_parts(run) -> ForkParts:
     state = RunState(
         sequences=st.sequences.clone(),
         attention_mask=st.attention_mask.clone(),
-        cache=st.cache.copy(),
+        kv_cache=st.kv_cache.copy(),
         plan=plans[id(st.plan)],
         strategy=strategy,
         recorded={k: list(v) for k, v in st.recorded.items()},

@@ -39,7 +39,7 @@ class RunView:
     Given at the start: :attr:`model`, :attr:`info`, :attr:`tokenizer`, :attr:`device`,
     :attr:`input_ids`, :attr:`batch_size`, :attr:`prompt_length`, :attr:`streamer`,
     :attr:`warnings`, :attr:`assistant_model`, :attr:`user_processors`. In force now:
-    :attr:`sequences`, :attr:`attention_mask`, :attr:`cache`, :attr:`step_index`,
+    :attr:`sequences`, :attr:`attention_mask`, :attr:`kv_cache`, :attr:`step_index`,
     :attr:`strategy`, :attr:`random`, and the plan's :attr:`gen_config`,
     :attr:`processors`, :attr:`stopping_criteria`, :attr:`pad_token_id`,
     :attr:`eos_token_ids`, :attr:`has_eos_stopping`.
@@ -122,9 +122,9 @@ class RunView:
         return self._run.state.attention_mask
 
     @property
-    def cache(self):
+    def kv_cache(self):
         """The run's KV cache (strategies may crop or reorder it inside a step)."""
-        return self._run.state.cache
+        return self._run.state.kv_cache
 
     @property
     def step_index(self) -> int:
@@ -213,7 +213,7 @@ class StepContext(RunView):
         default = new is None and cache is None
         if cache is None:
             cache = (
-                state.cache
+                state.kv_cache
                 if cfg.use_cache is not False
                 else run.given.model.new_cache(state.sequences.shape[0])
             )
@@ -306,7 +306,7 @@ class StepContext(RunView):
         kwargs.setdefault("keep_history", False)  # a nested run only goes forward
         run = self._run.__class__(model, random=self._run.random, **kwargs)
         if cache is not None:
-            run.state.cache = cache
+            run.state.kv_cache = cache
         return run
 
     def as_model(self, model):

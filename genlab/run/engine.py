@@ -256,7 +256,9 @@ class Run:
         else:
             strategy = switch_strategy(old, cls, plan, state.plan, self._ctx)
         if self.given.encdec is None:  # a config change may turn compiling on or off
-            plan.compiled = compiled_forward(self.given.model, plan.config, state.cache, plan.mode)
+            plan.compiled = compiled_forward(
+                self.given.model, plan.config, state.kv_cache, plan.mode
+            )
         plan.route = forward_route(plan, self.given)
         state.plan, state.strategy = plan, strategy
 
@@ -652,7 +654,7 @@ class Run:
     @property
     def views(self) -> RunView:
         """The run read-only (:class:`~genlab.run.context.RunView`, the view its strategy's
-        step context extends): ``run.views.cache``, ``run.views.gen_config``,
+        step context extends): ``run.views.kv_cache``, ``run.views.gen_config``,
         ``run.views.tokenizer`` ..."""
         return RunView(self)  # made when asked: a view kept by the run would be a cycle
 
@@ -785,7 +787,7 @@ class Run:
         if state.streaming:
             streamed = new.cpu() if sel.tokens.dim() == 2 else sel.tokens.cpu()
         if reorder:  # last: an in-place reorder of the cache cannot be undone
-            state.cache.reorder(sel.parents)
+            state.kv_cache.reorder(sel.parents)
         return record, took, streamed, done
 
     def _finish(self, state: RunState, by: str, output: bool = True) -> None:
@@ -833,7 +835,7 @@ def _call_custom_generate(fn, model, run: Run):
         "attention_mask": run.views.attention_mask,
         "use_cache": run.views.gen_config.use_cache,
     }
-    inner = getattr(run.views.cache, "inner", None)
+    inner = getattr(run.views.kv_cache, "inner", None)
     if inner is not None:
         kwargs["past_key_values"] = inner
     return fn(

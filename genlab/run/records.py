@@ -91,7 +91,7 @@ def build_output(state, ctx, encdec=None):
     from .. import outputs
 
     rec = state.recorded
-    past = getattr(state.cache, "inner", state.cache) if cfg.use_cache else None
+    past = getattr(state.kv_cache, "inner", state.kv_cache) if cfg.use_cache else None
     common = dict(
         scores=tuple(rec["scores"]) if cfg.output_scores else None,
         logits=tuple(rec["logits"]) if cfg.output_logits else None,

@@ -38,7 +38,7 @@ class RunState:
 
     sequences: torch.LongTensor
     attention_mask: torch.LongTensor
-    cache: Any
+    kv_cache: Any
     plan: Plan
     strategy: Any
     recorded: dict[str, list] = field(default_factory=lambda: {k: [] for k in RECORDED})
@@ -77,7 +77,7 @@ def initial_state(run, plan: Plan, ctx, random: RunRandom | None = None) -> RunS
     run.state = state = RunState(
         sequences=sequences,
         attention_mask=given.attention_mask.to(given.device).repeat_interleave(expand, dim=0),
-        cache=cache,
+        kv_cache=cache,
         plan=plan,
         strategy=strategy,
     )
@@ -128,7 +128,7 @@ class Undo:
             state=replace(state, forced=list(state.forced)),
             lengths={k: len(v) for k, v in state.recorded.items()},
             strategy_state=state.strategy.get_state(),
-            cache=cache_checkpoint(state.cache),
+            cache=cache_checkpoint(state.kv_cache),
             processors=processor_states(state.plan.processors),
             random=random,
             random_state=random.get_state(),
@@ -140,7 +140,7 @@ class Undo:
         for name, n in self.lengths.items():
             del state.recorded[name][n:]
         state.strategy.set_state(self.strategy_state)
-        cache_restore(state.cache, self.cache)
+        cache_restore(state.kv_cache, self.cache)
         restore_processor_states(self.processors)
         self.random.set_state(self.random_state)  # the global generator is never touched
         return state

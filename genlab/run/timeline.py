@@ -98,7 +98,7 @@ class Timeline:
                 state = last.strategy_state
         return Entry(
             length=st.sequences.shape[1],
-            cache_length=st.cache.length(),
+            cache_length=st.kv_cache.length(),
             recorded=tuple(len(st.recorded[k]) for k in RECORDED),
             strategy=st.strategy,
             strategy_state=state,
@@ -140,7 +140,7 @@ class Timeline:
         e, st = self.entries[target], run.state
         st.sequences = st.sequences[:, : e.length]  # views: the next step makes new tensors
         st.attention_mask = st.attention_mask[:, : e.length]
-        st.cache.crop(e.cache_length)
+        st.kv_cache.crop(e.cache_length)
         st.strategy, st.plan = e.strategy, e.plan
         st.strategy.set_state(e.strategy_state)
         st.strategy.config = e.plan.config
@@ -159,7 +159,7 @@ class Timeline:
         at_target = self.entries[target] if target < len(self.entries) else None
         init, sequences, mask = self.initial
         st, given = run.state, run.given
-        st.cache = make_cache(
+        st.kv_cache = make_cache(
             given.model,
             sequences.shape[0],
             init.plan.config,

@@ -230,7 +230,7 @@ class ModelDrafter:
                 or None,
             )
         draft.run(keep_on_interrupt=False)
-        self.cache = draft.views.cache
+        self.cache = draft.views.kv_cache
         self.mask = draft.views.attention_mask
         return draft.sequences, torch.stack(draft.recorded_scores(), dim=1)  # (1, n, vocab)
 
@@ -373,8 +373,8 @@ class AssistedDecoding(TokenByToken):
         n = candidates.shape[1] - cur
         done = bool(ctx.criteria_met(candidates, scores=None)[0]) if n else False
         mask = torch.cat([ctx.attention_mask, ctx.attention_mask.new_ones((1, n))], dim=1)
-        new = candidates[:, ctx.cache.length() :]
-        out = ctx.forward(new, mask=mask, cache=ctx.cache, logits_to_keep=n + 1)
+        new = candidates[:, ctx.kv_cache.length() :]
+        out = ctx.forward(new, mask=mask, cache=ctx.kv_cache, logits_to_keep=n + 1)
         raw = out.logits[:, -n - 1 :].to(dtype=torch.float32)  # (1, n + 1, vocab)
         self.pending = {
             "candidates": candidates,
@@ -413,7 +413,7 @@ class AssistedDecoding(TokenByToken):
             if p["done"] and n_matches == n:
                 n_matches -= 1
             tokens = chosen[:, : n_matches + 1]
-        ctx.cache.crop(cur + n_matches)  # drop rejected positions (the last token is fed next)
+        ctx.kv_cache.crop(cur + n_matches)  # drop rejected positions (the last token is fed next)
         self.drafter.adapt(n_matches, n)
         kept = n_matches + 1
         info = AssistedStep(
@@ -434,7 +434,7 @@ class AssistedDecoding(TokenByToken):
 
     def force(self, ctx, scores: torch.Tensor, token_id: int) -> Selection:
         p = self.pending
-        ctx.cache.crop(p["cur"])
+        ctx.kv_cache.crop(p["cur"])
         self.pending = None
         drafted = tuple(p["candidates"][0, p["cur"] :].tolist())
         info = AssistedStep(

@@ -82,8 +82,8 @@ class ContrastiveSearch(TokenByToken):
         if getattr(self, "next_output", None) is not None:
             return self.next_output
         # first step (or a switch to contrastive mid-ctx): hidden states of every position
-        ctx.cache.crop(0)
-        out = self._forward_rows(ctx, ctx.sequences, ctx.attention_mask, ctx.cache)
+        ctx.kv_cache.crop(0)
+        out = self._forward_rows(ctx, ctx.sequences, ctx.attention_mask, ctx.kv_cache)
         self.context = _last_hidden(out)  # (rows, length, hidden)
         return out
 
@@ -96,7 +96,7 @@ class ContrastiveSearch(TokenByToken):
     def leave(self, ctx) -> None:
         # the winner's forward already put the last token in the cache: take it out again
         if self.next_output is not None:
-            ctx.cache.crop(ctx.sequences.shape[1] - 1)
+            ctx.kv_cache.crop(ctx.sequences.shape[1] - 1)
 
     # -- select --------------------------------------------------------------------------
     def select(self, ctx, scores: torch.Tensor) -> Selection:
@@ -108,9 +108,9 @@ class ContrastiveSearch(TokenByToken):
         if self.config.low_memory:
             out = self._candidates_one_by_one(ctx, top_ids, mask)
         else:
-            ctx.cache.reorder(torch.arange(rows, device=top_ids.device).repeat_interleave(k))
+            ctx.kv_cache.reorder(torch.arange(rows, device=top_ids.device).repeat_interleave(k))
             out = self._forward_rows(
-                ctx, top_ids.reshape(-1, 1), mask.repeat_interleave(k, 0), ctx.cache
+                ctx, top_ids.reshape(-1, 1), mask.repeat_interleave(k, 0), ctx.kv_cache
             )
         cand_hidden = _last_hidden(out)  # (rows * k, 1, hidden)
         penalty = degeneration_penalty(
@@ -123,9 +123,9 @@ class ContrastiveSearch(TokenByToken):
         winners = best + torch.arange(rows, device=best.device) * k  # rows of the k-fold batch
         tokens = top_ids[torch.arange(rows), best]
         if self.config.low_memory:  # the winner runs again to extend the (rows) cache
-            self._forward_rows(ctx, tokens[:, None], mask, ctx.cache, hidden=False)
+            self._forward_rows(ctx, tokens[:, None], mask, ctx.kv_cache, hidden=False)
         else:
-            ctx.cache.reorder(winners)
+            ctx.kv_cache.reorder(winners)
         self.context = torch.cat([self.context, cand_hidden[winners]], dim=1)
         self.next_output = self._winner_output(out, winners, ctx)
         info = ContrastiveStep(
@@ -140,8 +140,8 @@ class ContrastiveSearch(TokenByToken):
     def _candidates_one_by_one(self, ctx, top_ids, mask) -> ModelOutput:
         outs = []
         for i in range(top_ids.shape[1]):
-            outs.append(self._forward_rows(ctx, top_ids[:, i : i + 1], mask, ctx.cache))
-            ctx.cache.crop(-1)
+            outs.append(self._forward_rows(ctx, top_ids[:, i : i + 1], mask, ctx.kv_cache))
+            ctx.kv_cache.crop(-1)
         # interleave to the (rows * k) order of the batched path
         logits = torch.stack([o.logits for o in outs], dim=1).flatten(0, 1)
         hidden = tuple(
@@ -173,7 +173,7 @@ class ContrastiveSearch(TokenByToken):
         sel = super().force(ctx, scores, token_id)
         rows = scores.shape[0]
         mask = torch.cat([ctx.attention_mask, ctx.attention_mask.new_ones((rows, 1))], dim=-1)
-        out = self._forward_rows(ctx, sel.tokens[:, None], mask, ctx.cache)
+        out = self._forward_rows(ctx, sel.tokens[:, None], mask, ctx.kv_cache)
         self.context = torch.cat([self.context, _last_hidden(out)], dim=1)
         self.next_output = ModelOutput(
             logits=out.logits[:, -1:, :], hidden_states=out.hidden_states, attentions=out.attentions
