@@ -153,9 +153,8 @@ def release_pages(mapped, tensor) -> None:
     """Drop the file pages of ``tensor``'s bytes from this process (``madvise`` with
     ``MADV_DONTNEED`` on ``mapped``, the reader's :func:`file_map`; nothing where that is
     missing). Pages of a memory-mapped file count in the process's resident memory once
-    read, until the map closes: without this, a demo load held its whole 106 MB file beside
-    the weights it was building. The bytes can still be read; they come from the file
-    again."""
+    read, until the map closes: without this, a load holds its whole file beside the weights
+    it is building. The bytes can still be read; they come from the file again."""
     if mapped is None or not hasattr(mmap, "MADV_DONTNEED"):
         return
     start = int(tensor.data_offset) // mmap.PAGESIZE * mmap.PAGESIZE
@@ -458,9 +457,9 @@ def gguf_blocks(reader, config: dict, path="", *, floats: bool = False) -> dict:
     in float32, nor all the blocks at once.
 
     ``floats=True`` (for int8, which quantizes floats): every layer matrix instead as a
-    callable giving its float32 tensor, the values :func:`gguf_state_dict` gives. The int8
-    demo held all its float matrices (540 MB) while quantizing them before: 470 MiB more
-    peak memory than the int8 model it built (benchmarks/README.md)."""
+    callable giving its float32 tensor, the values :func:`gguf_state_dict` gives, so that an
+    int8 load never holds every float matrix at once (benchmarks/README.md "Figures behind
+    the code")."""
     from functools import partial
 
     out = {}

@@ -49,9 +49,9 @@ processor or stopping criterion of the run itself while it runs. It is seen at t
 next call (a hook that edits weights should be a hook inside the model, which turns the
 cache off for the run).
 
-Memory is capped (``max_bytes``, 64 MiB by default: a 20-token run of the demo with a
-30-token prompt takes about 6.5 MB, so a dozen recent runs fit beside a 2 GB Binder's model)
-and the least recently used branches go first.
+Memory is capped (``max_bytes``, 64 MiB by default: a dozen recent runs of the demo fit
+beside a 2 GB Binder's model; benchmarks/README.md "Figures behind the code") and the least
+recently used branches go first.
 
 ``lm.generate``, ``lm.start``, their forks and every panel use their LM's cache (``lm.cache``);
 ``genlab.generate`` and ``genlab.start`` never do unless given ``forward_cache=``.

@@ -211,8 +211,7 @@ class Int8Weight(QuantizedWeight):
 def release_freed_memory() -> None:
     """Give the C heap's freed pages back to the system (glibc's ``malloc_trim``; nothing
     elsewhere). Building a decoder frees many transient matrices of a few MB, which glibc
-    keeps in its heap: 250 MB of the int4 demo's resident memory after loading was such
-    freed memory."""
+    keeps in its heap (how much: benchmarks/README.md "Figures behind the code")."""
     import ctypes
     import sys
 
