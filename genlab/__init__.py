@@ -11,7 +11,7 @@ Start here (the embedded demo model runs offline, on a CPU):
 'The capital of France is Paris.'
 >>> run = lm.start("Once upon a time")        # step, force, rewind, fork, hooks
 >>> run.step()
-Step(0, tokens=[','], logprobs=[-0.075], finished=False)
+Step(0, text=[','], logprobs=[-0.075], finished=False)
 
 What to import:
 

@@ -67,7 +67,10 @@ method takes ``ctx`` first.
 
 **token id** -- ``lm.token_id(" far")`` is the id of a text that is one token (else a
 ValueError); ``lm.encode(prompt)`` gives a prompt's ``(input_ids, attention_mask)``, what
-``generate`` takes.
+``generate`` takes. A record's ``tokens`` are ids (``Step.tokens``, a trace record's,
+a strategy's ``Selection.tokens``); their text is ``text`` (``Step.text``, one string per
+token, which ``Step``'s repr shows as ``text=[...]``) and ``result.token_texts`` (each
+row's generated tokens, decoded one by one).
 
 **transition scores** -- one table for a result and a trace,
 ``res.transition_scores()`` and ``trace.transition_scores()``: ``step``, ``row``,

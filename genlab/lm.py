@@ -6,8 +6,8 @@
 'The capital of France is Paris.'
 >>> run = lm.start("Once upon a time", do_sample=True, seed=0)
 >>> run.step(); run.config.top_k = 5; run.step(); run.rewind(1)
-Step(0, tokens=[','], logprobs=[-0.062], finished=False)
-Step(1, tokens=['␣there'], logprobs=[-2.002], finished=False)
+Step(0, text=[','], logprobs=[-0.062], finished=False)
+Step(1, text=['␣there'], logprobs=[-2.002], finished=False)
 Run(sample, step=1, rows=1, running)
 >>> run.result().text                   # the run's text so far
 ','
@@ -191,7 +191,7 @@ class LM:
 
         >>> run = lm.start("Once upon a time", do_sample=True, seed=0, max_new_tokens=6)
         >>> run.step()
-        Step(0, tokens=[','], logprobs=[-0.062], finished=False)
+        Step(0, text=[','], logprobs=[-0.062], finished=False)
         >>> run.rewind(1).force(" dragon")     # back one token; the next one is yours
         Run(sample, step=0, rows=1, running)
         >>> out = run.run()                    # on to the end (the reference-shaped output)

@@ -18,7 +18,7 @@ def table_lm():
 def test_table_greedy_result(table_lm):
     res = table_lm.generate("The", max_new_tokens=4)
     assert res.text == "nice woman"
-    assert res.tokens[0][:3] == ["nice", "woman", "<eos>"]
+    assert res.token_texts[0][:3] == ["nice", "woman", "<eos>"]
     table = res.transition_scores()
     assert table.token.tolist() == ["nice", "woman", "<eos>"]
     assert table.prob.round(6).tolist() == [0.5, 0.4, 1.0]

@@ -30,13 +30,21 @@ def test_the_glossary_names_what_the_code_uses():
         "token_id": genlab.LM,
         "encode": genlab.LM,
         "is_beam": genlab.GenerationMode,
+        "run.views.kv_cache": genlab.run.context.RunView,
+        "ctx.kv_cache": StepContext,
+        "result.token_texts": genlab.GenerationResult.__dataclass_fields__,
+        "Step.text": genlab.Step.__dataclass_fields__,
     }
     for name, owner in names.items():
         assert name in text, name
-        assert hasattr(owner, name.rsplit(".", 1)[-1]), name
+        attr = name.rsplit(".", 1)[-1]
+        assert (attr in owner) if isinstance(owner, dict) else hasattr(owner, attr), name
     for name in ("eos_token_ids", "Timeline", "depth", "stepdata", "RunRandom", "rule"):
         assert name in text, name
     assert "ctx.stop" not in text and "ctx.config" not in text  # run.config is another
+    # the KV cache is never plain "cache" on a run (lm.cache is the forward cache)
+    assert not hasattr(genlab.run.context.RunView, "cache")
+    assert "tokens" not in genlab.GenerationResult.__dataclass_fields__  # ids elsewhere
 
 
 def test_strategies_have_one_verb_with_one_argument_order():

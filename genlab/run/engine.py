@@ -131,8 +131,8 @@ class Run:
 
     >>> run = lm.start("Once upon a time", do_sample=True, seed=0)
     >>> run.step(); run.config.top_k = 5; run.step(); run.rewind(1)
-    Step(0, tokens=[','], logprobs=[-0.062], finished=False)
-    Step(1, tokens=['␣there'], logprobs=[-2.002], finished=False)
+    Step(0, text=[','], logprobs=[-0.062], finished=False)
+    Step(1, text=['␣there'], logprobs=[-2.002], finished=False)
     Run(sample, step=1, rows=1, running)
     >>> run.force(" dragon"); run.step().text
     Run(sample, step=1, rows=1, running)

@@ -40,11 +40,14 @@ class Step:
     info: StepData | None = None
 
     def __repr__(self) -> str:
-        shown = [show_token(t) for t in self.text] if self.text is not None else None
-        shown = shown if shown is not None else self.tokens.tolist()
+        # the tokens as text where a tokenizer decoded them, else their ids: "tokens" are ids
+        if self.text is not None:
+            chosen = f"text={[show_token(t) for t in self.text]}"
+        else:
+            chosen = f"tokens={self.tokens.tolist()}"
         lp = [round(v, 3) for v in self.logprobs.reshape(-1).tolist()]
         extra = ", forced" if self.forced else ""
-        return f"Step({self.index}, tokens={shown}, logprobs={lp}, finished={self.finished}{extra})"
+        return f"Step({self.index}, {chosen}, logprobs={lp}, finished={self.finished}{extra})"
 
 
 def step_record(idx: int, sel, scores, forced: bool, done: bool, tokenizer=None) -> Step:

@@ -26,7 +26,7 @@ class GenerationResult:
         sequences: (rows, prompt + new) token ids, the prompt included;
         prompt_length: the width of the (padded) prompt in ``sequences``;
         texts: the generated text of each row, without the prompt; ``text`` is the first;
-        tokens: each row's generated tokens, each id decoded on its own
+        token_texts: each row's generated tokens as text, each id decoded on its own
             (``tokenizer.decode([id])``: spaces and newlines as they are;
             :func:`genlab.text.tokens.shown` makes them visible);
         run: the :class:`~genlab.run.engine.Run` that produced it (step on, rewind, fork);
@@ -41,7 +41,7 @@ class GenerationResult:
     sequences: torch.LongTensor
     prompt_length: int
     texts: list[str]
-    tokens: list[list[str]]
+    token_texts: list[list[str]]
     run: Any  # the genlab.run.engine.Run that produced it
     trace: Any = None
 
