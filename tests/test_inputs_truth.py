@@ -171,10 +171,10 @@ def test_padless_folder_score_lens_and_sweep(padless, name):
 
     batch = lm.generate(TEXTS, max_new_tokens=3)  # row 0 is padded with EOS on the left
     seen = as_sequence(batch, row=0)  # what the lens reads: the padding is dropped
-    assert seen.ids[: seen.start].tolist() == tok(TEXTS[0])["input_ids"]
+    assert seen.ids[: seen.prompt_length].tolist() == tok(TEXTS[0])["input_ids"]
     lens = genlab.logit_lens(batch, row=0)
     assert lens.steps == [0, 1, 2]
-    assert lens.inputs == seen.ids[seen.start - 1 : -1].tolist()
+    assert lens.inputs == seen.ids[seen.prompt_length - 1 : -1].tolist()
 
     sweep = genlab.sweep(lm, TEXT, {"temperature": [0.5, 1.5]}, n=2, max_new_tokens=3)
     assert sweep.metrics.temperature.tolist() == [0.5, 1.5]

@@ -45,12 +45,12 @@ class Attribution:
 
     table: one row per (step, source position): step (the generated token's index),
     target (its text), position, token (the source token's text), score, method.
-    tokens: the sequence's tokens as text; start: the first generated position.
+    tokens: the sequence's tokens as text; prompt_length: the first generated position.
     """
 
     table: pd.DataFrame
     tokens: list[str]
-    start: int
+    prompt_length: int
     method: str
 
     def matrix(self) -> pd.DataFrame:
@@ -202,7 +202,7 @@ def attribute(
                 ) from err
             total = 0
             for r, (s, _, _) in enumerate(part):
-                t = seq.start + s  # the target token's position; predicted at t - 1
+                t = seq.prompt_length + s  # the target token's position; predicted at t - 1
                 lp = torch.log_softmax(logits[r, t - 1].float(), -1)
                 value = lp[ids[t]] - (lp[alt] if alt is not None else 0)
                 total = total + value
@@ -224,7 +224,7 @@ def attribute(
     tokens = [shown(seq.tokenizer, int(t)) for t in ids.tolist()]
     rows = []
     for s in chosen:
-        t = seq.start + s
+        t = seq.prompt_length + s
         scores = (grads[s] * x[0].float()).sum(-1)
         for j in range(t):
             rows.append(
@@ -238,7 +238,7 @@ def attribute(
                 )
             )
     table = pd.DataFrame(rows, columns=["step", "target", "position", "token", "score", "method"])
-    return Attribution(table, tokens, seq.start, method)
+    return Attribution(table, tokens, seq.prompt_length, method)
 
 
 def tokens_of(seq, token_id: int) -> str:

@@ -42,21 +42,21 @@ from ..text.tokens import shown
 class Sequence:
     """One row of token ids and what its positions mean.
 
-    ids: (length,) the whole sequence, padding removed; start: the number of prompt tokens
-    (position ``start - 1 + s`` predicts generated token ``s``); for a plain text,
-    ``start`` is 1 and every position after the first is "generated".
+    ids: (length,) the whole sequence, padding removed; prompt_length: the number of prompt
+    tokens (position ``prompt_length - 1 + s`` predicts generated token ``s``); for a plain
+    text, ``prompt_length`` is 1 and every position after the first is "generated".
     """
 
     model: Any
     tokenizer: Any
     ids: torch.LongTensor
-    start: int
+    prompt_length: int
     generated: bool  # True for a run / result, False for a prompt or text
 
     @property
     def steps(self) -> int:
         """How many predictions can be compared with a known next token."""
-        return len(self.ids) - self.start
+        return len(self.ids) - self.prompt_length
 
 
 def _row_ids(seq: torch.Tensor, mask: torch.Tensor | None, prompt_length: int, eos) -> tuple:
@@ -346,7 +346,7 @@ def logit_lens(
     ids = seq.ids
     if seq.generated:
         available = list(range(seq.steps))
-        pos_of = [seq.start - 1 + s for s in available]
+        pos_of = [seq.prompt_length - 1 + s for s in available]
     else:
         available = list(range(len(ids)))
         pos_of = available
@@ -437,7 +437,7 @@ class Attention:
     key_ids: list[int]
     target: int | None
     tokenizer: Any = None
-    start: int = 0
+    prompt_length: int = 0
 
     @property
     def tokens(self) -> list[str]:
@@ -462,7 +462,7 @@ class Attention:
                 "head": head,
                 "key_position": k,
                 "key_token": toks[k],
-                "in_prompt": k < self.start,
+                "in_prompt": k < self.prompt_length,
                 "weight": w[(layer * heads + head) * n + k],
             }
             for layer in range(layers)
@@ -538,7 +538,7 @@ def attention(
     """
     seq = as_sequence(source, prompt, row=row, chat=chat, system=system)
     if seq.generated:
-        available = [seq.start - 1 + s for s in range(seq.steps)]
+        available = [seq.prompt_length - 1 + s for s in range(seq.steps)]
         labels = list(range(seq.steps))
     else:
         available = list(range(len(seq.ids)))
@@ -559,7 +559,7 @@ def attention(
         key_ids=ids.tolist(),
         target=target,
         tokenizer=seq.tokenizer,
-        start=seq.start if seq.generated else len(seq.ids),
+        prompt_length=seq.prompt_length if seq.generated else len(seq.ids),
     )
 
 

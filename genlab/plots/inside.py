@@ -182,7 +182,7 @@ def attention_heatmap(
     )
     weights = w[layer - 1, head]
     x = np.arange(nk)
-    colours = ["tab:gray" if k < att.start else "tab:orange" for k in range(nk)]
+    colours = ["tab:gray" if k < att.prompt_length else "tab:orange" for k in range(nk)]
     bottom.bar(x, weights, color=colours)
     step = max(1, int(np.ceil(nk / 60)))
     bottom.set_xticks(

@@ -41,7 +41,7 @@ def attribution_heatmap(attribution, *, width: float | None = None) -> Figure:
     )  # fmt: skip
     cols = [int(c) for c in grid.columns]
     ax.set_xticks(range(nc), [_short(tokens[c], 10) for c in cols], rotation=90, fontsize=SMALL)
-    rows = [attribution.start + int(s) for s in grid.index]
+    rows = [attribution.prompt_length + int(s) for s in grid.index]
     ax.set_yticks(range(nr), [_short(tokens[r], 12) for r in rows], fontsize=SMALL)
     ax.set_xlabel("source token", fontsize=9)
     ax.set_ylabel("generated token", fontsize=9)
