@@ -36,6 +36,7 @@ READ_UNSEEN = {
     "extra_output_flags": "transformers' GenerationConfig.extra_output_flags",
     "transformers_version": "written to generation_config.json, as the reference does",
     "_original_object_hash": "the reference's metadata field (METADATA_FIELDS)",
+    "_from_model_config": "the reference's metadata field, written to JSON from __dict__",
     "encoder_attentions": "a field of the reference's generate outputs",
     "encoder_hidden_states": "a field of the reference's generate outputs",
     "set_begin_index": "the reference's SuppressTokensAtBeginLogitsProcessor method",

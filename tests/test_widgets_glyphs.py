@@ -21,7 +21,7 @@ from genlab.widgets.render import END_MARK
 
 ROOT = Path(genlab.__file__).parent
 SOURCES = sorted(
-    [*ROOT.glob("widgets/*.py"), *ROOT.glob("plots/*.py"), ROOT / "tokens.py"],
+    [*ROOT.glob("widgets/*.py"), *ROOT.glob("plots/*.py"), ROOT / "text" / "tokens.py"],
     key=str,
 )
 DEJAVU = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
@@ -51,7 +51,7 @@ def cmap(name: str) -> set[int]:
 
 def test_the_scan_finds_the_panels_symbols():
     found = set().union(*(printed_symbols(p) for p in SOURCES))
-    # the marks of tokens.py, the tree's branch mark and the end-of-text mark
+    # the marks of text/tokens.py, the tree's branch mark and the end-of-text mark
     assert {"\u2423", "\u21b5", "\u21b3", END_MARK[0]} <= found
     assert "\u23f9" not in found  # drew an empty box in JupyterLab and Voila (issue 50)
 
