@@ -211,3 +211,33 @@ def test_lazy_exports_have_one_mechanism():
         if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
     ]  # fmt: skip
     assert own == [], f"modules with a hand-written module __getattr__: {own}"
+
+
+def test_every_module_of_a_folder_is_an_attribute_in_a_fresh_process():
+    """``genlab.experiments.tasks.capitals()`` works after a plain ``import genlab``, as the
+    lessons write it: each folder reaches its modules lazily, and lists every one of them."""
+    import subprocess
+    import sys
+
+    rooms = ("run", "runtime", "inside", "text", "experiments")
+    expected = {
+        room: sorted(p.stem for p in (PACKAGE / room).glob("*.py") if p.stem != "__init__")
+        for room in rooms
+    }
+    code = (
+        "import json, genlab\n"
+        f"rooms = {rooms!r}\n"
+        "seen = {r: sorted(m for m in dir(getattr(genlab, r)) if not m.startswith('_')) "
+        "for r in rooms}\n"
+        "for r, mods in seen.items():\n"
+        "    for m in mods:\n"
+        "        assert getattr(getattr(genlab, r), m).__name__ == f'genlab.{r}.{m}'\n"
+        "print(json.dumps(seen))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent
+    )
+    assert done.returncode == 0, done.stderr
+    import json
+
+    assert json.loads(done.stdout) == expected

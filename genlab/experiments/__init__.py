@@ -1,2 +1,9 @@
 """Experiments over many generations: teacher-forced scoring, sweeps, best-of-N and
 coverage, evaluation, model agreement and task sets."""
+
+from genlab.lazy import lazy_exports as _lazy_exports
+
+# its modules are attributes (``genlab.experiments.<module>``), each imported when first read
+__getattr__, __dir__ = _lazy_exports(
+    __name__, {}, subpackages=("agreement", "compute", "evaluate", "scoring", "sweeps", "tasks")
+)

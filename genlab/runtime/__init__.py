@@ -1,3 +1,10 @@
 """What makes generation fast on this machine, without changing what it computes beyond
 what the machine decides: threads, weight forms, quantization, the forward cache, the KV
 caches and the random draws."""
+
+from genlab.lazy import lazy_exports as _lazy_exports
+
+# its modules are attributes (``genlab.runtime.<module>``), each imported when first read
+__getattr__, __dir__ = _lazy_exports(
+    __name__, {}, subpackages=("draws", "forward_cache", "kv_cache", "matmul", "quant", "threads")
+)

@@ -1,1 +1,8 @@
 """Text: tokenizers, how a token is shown, chat templates, token healing and grammars."""
+
+from genlab.lazy import lazy_exports as _lazy_exports
+
+# its modules are attributes (``genlab.text.<module>``), each imported when first read
+__getattr__, __dir__ = _lazy_exports(
+    __name__, {}, subpackages=("chat", "grammar", "healing", "tokenizer", "tokens")
+)
