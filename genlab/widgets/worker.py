@@ -80,7 +80,7 @@ class Debounce:
     share its own. A failure of ``fn`` is logged, never raised into the loop or the timer
     thread."""
 
-    def __init__(self, fn: Callable[[], Any], lock: threading.RLock | None = None) -> None:
+    def __init__(self, fn: Callable[[], Any], lock: Any = None) -> None:
         self.fn = fn
         self._lock = lock if lock is not None else threading.RLock()
         self._timer: threading.Timer | asyncio.TimerHandle | None = None
