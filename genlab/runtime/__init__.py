@@ -2,9 +2,11 @@
 what the machine decides: threads, weight forms, quantization, the forward cache, the KV
 caches and the random draws."""
 
+import pkgutil as _pkgutil
+
 from genlab.lazy import lazy_exports as _lazy_exports
 
 # its modules are attributes (``genlab.runtime.<module>``), each imported when first read
 __getattr__, __dir__ = _lazy_exports(
-    __name__, {}, subpackages=("draws", "forward_cache", "kv_cache", "matmul", "quant", "threads")
+    __name__, {}, subpackages=tuple(m.name for m in _pkgutil.iter_modules(__path__))
 )
